@@ -1,0 +1,3 @@
+"""hookstream: Kafka-native webhook delivery."""
+
+__version__ = "0.1.0"

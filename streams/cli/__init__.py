@@ -1,0 +1,1 @@
+"""hookstream cli."""

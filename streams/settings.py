@@ -1,0 +1,172 @@
+"""The one typed settings object (SPEC X5).
+
+Every setting is read from the environment with the ``HOOKSTREAM_`` prefix, validated once at
+startup, and frozen. Nothing else in hookstream reads ``os.environ``. Each field's description is
+its documentation: ``hookstream config settings`` and docs/configuration.md print them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import ValidationError as PydanticValidationError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from streams.domain.durations import parse_duration
+from streams.errors import ConfigError
+
+Durations = Annotated[tuple[float, ...], NoDecode]
+
+
+def _durations(value: Any) -> Any:
+    if isinstance(value, str):
+        return tuple(parse_duration(part) for part in value.split(",") if part.strip())
+    return value
+
+
+def _duration(value: Any) -> Any:
+    if isinstance(value, str):
+        return parse_duration(value)
+    return value
+
+
+class Settings(BaseSettings):
+    """hookstream's settings. Environment variable = ``HOOKSTREAM_`` + the field name, upper case."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="HOOKSTREAM_", frozen=True, extra="ignore", validate_default=True
+    )
+
+    # --- Kafka -------------------------------------------------------------------------------
+    kafka_bootstrap: str = Field(
+        "127.0.0.1:9092", description="Kafka bootstrap servers, comma separated."
+    )
+    topic_prefix: str = Field(
+        "hookstream.",
+        pattern=r"^[A-Za-z0-9._-]*$",
+        description="Prefix of every topic name; two pipelines with different prefixes and "
+        "group ids share one broker without seeing each other.",
+    )
+    group_id: str = Field(
+        "hookstream",
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="Consumer group id and Faust app id; lanes append a suffix to it.",
+    )
+    topics_file: Path = Field(
+        Path("topics.yaml"), description="The topics.yaml that declares every topic (X1)."
+    )
+
+    # --- Worker -----------------------------------------------------------------------------
+    data_dir: Path = Field(
+        Path(".hookstream"),
+        description="Local state: RocksDB tables, the local broker's data and its jar cache. "
+        "Delete it when the broker is wiped.",
+    )
+    web_host: str = Field("127.0.0.1", description="Address the worker's web server binds.")
+    web_port: int = Field(6066, ge=1, le=65535, description="Port of the admin API and /metrics.")
+    table_standby_replicas: int = Field(
+        0, ge=0, le=3, description="Standby replicas of each table; 0 on a single node."
+    )
+    rocksdb_block_cache_mb: int = Field(
+        8, ge=1, le=4096, description="RocksDB block cache per table partition, in MiB."
+    )
+    rocksdb_write_buffer_mb: int = Field(
+        4, ge=1, le=1024, description="RocksDB write buffer per table partition, in MiB."
+    )
+    dispatch_batch_size: int = Field(
+        500, ge=1, le=10000, description="Records taken from Kafka per dispatch batch."
+    )
+    dispatch_concurrency: int = Field(
+        256, ge=1, le=10000, description="HTTP attempts in flight per worker, all lanes together."
+    )
+    log_level: str = Field(
+        "INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$", description="Log level."
+    )
+
+    # --- Secrets and access -------------------------------------------------------------------
+    admin_token: SecretStr | None = Field(
+        None, description="Operator API key for the admin API (bearer token)."
+    )
+    secret_key: SecretStr | None = Field(
+        None, description="Key that encrypts endpoint secrets at rest in Kafka."
+    )
+    allow_private_destinations: bool = Field(
+        False,
+        description="Allow deliveries to private, loopback and link-local addresses (SSRF "
+        "guard off). Only for local development and tests.",
+    )
+    smtp_url: str | None = Field(
+        None, description="SMTP server for owner notifications, e.g. smtp://127.0.0.1:1025."
+    )
+
+    # --- Delivery -----------------------------------------------------------------------------
+    retry_schedule: Durations = Field(
+        (60.0, 300.0, 1800.0, 7200.0),
+        description="Retry delays, comma separated (default 1m,5m,30m,2h): one Kafka topic "
+        "per delay tier. Attempts = tiers + 1.",
+    )
+    retry_jitter: float = Field(0.1, ge=0.0, le=0.5, description="Jitter on each retry delay.")
+    retry_window: Annotated[float, NoDecode] = Field(
+        86400.0, description="Cap on the whole retry span of one delivery (default 24h)."
+    )
+    default_timeout: Annotated[float, NoDecode] = Field(
+        10.0, description="Default HTTP timeout of a subscription (at most 30s)."
+    )
+    response_body_cap: int = Field(
+        65536, ge=1024, description="Bytes of a response body read at most (D5)."
+    )
+    max_payload_bytes: int = Field(
+        262144, ge=1024, description="Largest event payload accepted at ingest (F6)."
+    )
+    archive_retention: Annotated[float, NoDecode] = Field(
+        7 * 86400.0, description="How far back backfills and replays reach (default 7d)."
+    )
+
+    _durations_check = field_validator("retry_schedule", mode="before")(_durations)
+    _duration_check = field_validator(
+        "retry_window", "default_timeout", "archive_retention", mode="before"
+    )(_duration)
+
+    @field_validator("retry_schedule")
+    @classmethod
+    def _schedule_sane(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if not value:
+            raise ValueError("needs at least one delay")
+        if list(value) != sorted(value):
+            raise ValueError("delays must not decrease")
+        if len(set(value)) != len(value):
+            raise ValueError("each delay must be distinct (one topic per delay)")
+        return value
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Settings:
+        if not 0 < self.default_timeout <= 30:
+            raise ValueError("default_timeout must be within (0, 30s]")
+        if self.retry_window < self.retry_schedule[0]:
+            raise ValueError("retry_window must be at least the first retry delay")
+        return self
+
+    # --- Derived names ------------------------------------------------------------------------
+    def topic(self, name: str) -> str:
+        """The full topic name for a logical topic such as ``routed`` or ``retry.1m``."""
+        return f"{self.topic_prefix}{name}"
+
+    @property
+    def kafka_dir(self) -> Path:
+        return self.data_dir / "kafka"
+
+    @property
+    def tables_dir(self) -> Path:
+        return self.data_dir / "tables"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build the settings once, at an entry point. Raises ConfigError naming the bad setting."""
+    try:
+        return Settings(**overrides)
+    except PydanticValidationError as exc:
+        first = exc.errors()[0]
+        name = ".".join(str(part) for part in first["loc"]) or "settings"
+        raise ConfigError(f"HOOKSTREAM_{name.upper()}", first["msg"]) from exc

@@ -1,0 +1,62 @@
+"""Shared fixtures.
+
+Integration tests talk to the real local Apache Kafka that `make kafka` (and `.ci/run`) starts.
+When it is absent they fail with a message saying so; they never skip.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streams.settings import Settings, load_settings
+
+BOOTSTRAP = os.environ.get("HOOKSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    """The real broker's address; fails the test (never skips) when no broker answers."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP, "socket.timeout.ms": 5000})
+    try:
+        metadata = admin.list_topics(timeout=10)
+    except Exception as exc:  # the broker is a hard requirement of integration tests
+        pytest.fail(f"no Kafka broker at {BOOTSTRAP} ({exc}); run `make kafka` first")
+    if not metadata.brokers:
+        pytest.fail(f"Kafka at {BOOTSTRAP} reports no brokers; run `make kafka` first")
+    return BOOTSTRAP
+
+
+@pytest.fixture
+def unique_prefix() -> str:
+    """A topic prefix and group id of this test's own, so tests never see each other."""
+    return f"t{uuid.uuid4().hex[:10]}."
+
+
+@pytest.fixture
+def make_settings(
+    kafka_bootstrap: str, unique_prefix: str, tmp_path: Path
+) -> Iterator[Callable[..., Settings]]:
+    """Factory of Settings bound to the real broker, a unique prefix/group and a temp data dir."""
+
+    def factory(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "kafka_bootstrap": kafka_bootstrap,
+            "topic_prefix": unique_prefix,
+            "group_id": unique_prefix.rstrip("."),
+            "data_dir": tmp_path / "data",
+            "topics_file": REPO / "topics.yaml",
+            "allow_private_destinations": True,
+        }
+        values.update(overrides)
+        return load_settings(**values)
+
+    yield factory
