@@ -33,7 +33,7 @@ def _duration(value: Any) -> Any:
 
 
 class Settings(BaseSettings):
-    """hookstream's settings. Environment variable = ``HOOKSTREAM_`` + the field name, upper case."""
+    """hookstream settings. Environment variable: ``HOOKSTREAM_`` + the field name in capitals."""
 
     model_config = SettingsConfigDict(
         env_prefix="HOOKSTREAM_", frozen=True, extra="ignore", validate_default=True

@@ -15,6 +15,11 @@ COMMANDS: dict[str, str] = {
     "kafka": "streams.cli.kafka:kafka",
     "topics": "streams.cli.topics:topics",
     "worker": "streams.cli.worker:worker",
+    "subs": "streams.cli.subs:subs",
+    "publish": "streams.cli.publish:publish",
+    "deliveries": "streams.cli.ledger:deliveries",
+    "dlq": "streams.cli.ledger:dlq",
+    "demo": "streams.cli.demo:demo",
 }
 
 

@@ -1,0 +1,50 @@
+# hookstream developer commands. `make help` lists them.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install hookstream with its dev tools
+
+kafka: install ## Start the local Apache Kafka (KRaft, no Docker); harmless when running
+	$(BIN)/hookstream kafka start
+
+kafka-stop: install ## Stop the local Kafka
+	$(BIN)/hookstream kafka stop
+
+topics: kafka ## Create or update the topics declared in topics.yaml
+	$(BIN)/hookstream topics apply
+
+demo: install ## Run the whole thing: Kafka, topics, a worker, demo receivers, real deliveries
+	$(BIN)/hookstream demo
+
+worker: topics ## Run one worker in the foreground
+	$(BIN)/hookstream worker
+
+check: install ## Lint, format check and mypy --strict
+	$(BIN)/ruff check streams tests bench
+	$(BIN)/ruff format --check streams tests bench
+	$(BIN)/mypy
+
+test: install kafka ## Run every test against the real local Kafka
+	$(BIN)/pytest
+
+test-unit: install ## Run the unit tests only (no broker)
+	$(BIN)/pytest tests/unit
+
+bench: install kafka ## Run the benchmarks; results in bench/results and docs/benchmarks.md
+	$(BIN)/python -m bench.http_clients --seconds 5 --concurrency 8,64 --json bench/results/http_clients.json
+
+.PHONY: help install kafka kafka-stop topics demo worker check test test-unit bench

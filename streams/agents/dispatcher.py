@@ -1,0 +1,303 @@
+"""The dispatcher lane: `routed`, `backfill` and every `retry.<delay>` tier to HTTP.
+
+One confluent-kafka consumer (group ``<group_id>-dispatch``, range assignment, so partition p of
+every lane lands on the same worker) feeds deliveries into concurrent attempts. Each record is
+settled on its own: delivered, handed to a retry tier, or dead-lettered, and an `OffsetTracker`
+commits each partition only up to its lowest unsettled record (D1). Records of a retry tier
+wait for their due time in memory; the tier's partition is paused while no later record can be
+due yet, so the lane never polls in a loop and never fires early (D6). Live records never wait
+behind retries: a retry occupies a timer, not a dispatch slot, until it is due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+
+from streams.adapters import codec
+from streams.adapters.http import Transport
+from streams.adapters.kafka_clients import (
+    ProduceTracker,
+    commit,
+    coordinates,
+    flush,
+    make_consumer,
+    produce,
+)
+from streams.adapters.registry import SubscriptionRegistry
+from streams.agents.delivery import attempt
+from streams.domain.backoff import RetryPolicy
+from streams.domain.models import DeadLetter, Delivery
+from streams.domain.offsets import OffsetTracker
+from streams.domain.settle import Settlement, settle
+from streams.errors import DecodeError
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+COMMIT_INTERVAL_S = 0.2
+RESUME_LEAD_S = 1.0  # resume a paused tier partition this long before its next record can be due
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        settings: Settings,
+        registry: SubscriptionRegistry,
+        producer: Producer,
+        transport: Transport,
+        tiers: list[tuple[float, str]],
+        clock: Callable[[], float] = time.time,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self._settings = settings
+        self._registry = registry
+        self._producer = producer
+        self._transport = transport
+        self._clock = clock
+        self._rand = rand
+        self._tiers = tiers
+        self._tier_delay = {topic: delay for delay, topic in tiers}
+        self._policy = RetryPolicy(
+            schedule=tuple(delay for delay, _ in tiers),
+            jitter=settings.retry_jitter,
+            window=settings.retry_window,
+        )
+        self._topics = {
+            "attempts": settings.topic("attempts"),
+            "dlq": settings.topic("dlq"),
+            "health": settings.topic("health"),
+        }
+        self._lanes = [settings.topic("routed"), settings.topic("backfill")] + [t for _, t in tiers]
+        self._tracker = OffsetTracker()
+        self._lock = threading.Lock()  # tracker access from rebalance callbacks
+        self._produced = ProduceTracker()
+        self._slots = asyncio.Semaphore(settings.dispatch_concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._timers: dict[TP, list[asyncio.TimerHandle]] = {}
+        self._assigned: set[TP] = set()
+        self._consumer: Consumer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.settled_count = 0
+
+    # --- rebalance ------------------------------------------------------------------------
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        with self._lock:
+            self._assigned.update((p.topic, p.partition) for p in partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        tps = [(p.topic, p.partition) for p in partitions]
+        with self._lock:
+            positions = {tp: pos for tp in tps if (pos := self._tracker.position(tp)) is not None}
+            self._tracker.revoke(tps)
+            self._assigned.difference_update(tps)
+        try:
+            self._producer.flush(10)
+            commit(consumer, positions)
+        except Exception as exc:  # the new owner replays from the last commit: at-least-once
+            log.warning("commit on revoke failed: %s", exc)
+        loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self._cancel_timers, tps)
+
+    def _cancel_timers(self, tps: list[TP]) -> None:
+        for tp in tps:
+            for handle in self._timers.pop(tp, []):
+                handle.cancel()
+
+    # --- intake ---------------------------------------------------------------------------
+    def _take(self, msg: Message) -> None:
+        topic, part, offset = coordinates(msg)
+        tp = (topic, part)
+        with self._lock:
+            if tp not in self._assigned:
+                return
+            self._tracker.consumed(tp, offset)
+        try:
+            delivery = codec.decode(Delivery, msg.value() or b"")
+        except DecodeError as exc:
+            self._dead_letter_raw(msg, exc)
+            self._settled(tp, offset)
+            return
+        delay = self._tier_delay.get(topic)
+        if delay is None:
+            self._spawn(tp, offset, delivery)
+            return
+        self._schedule(tp, offset, msg, delivery, delay)
+
+    def _schedule(
+        self, tp: TP, offset: int, msg: Message, delivery: Delivery, delay: float
+    ) -> None:
+        """Hold a retry until it is due; pause the tier while nothing later can be due."""
+        assert self._loop is not None and self._consumer is not None
+        now = self._clock()
+        wait = max(0.0, delivery.due_at / 1000 - now)
+        handle = self._loop.call_later(wait, self._spawn, tp, offset, delivery)
+        self._timers.setdefault(tp, []).append(handle)
+        _kind, produced_ms = msg.timestamp()
+        earliest_next = produced_ms / 1000 + (1 - self._settings.retry_jitter) * delay
+        pause_for = earliest_next - RESUME_LEAD_S - now
+        if pause_for > 0:
+            part = TopicPartition(tp[0], tp[1])
+            self._consumer.pause([part])
+            self._loop.call_later(pause_for, self._resume, part)
+
+    def _resume(self, part: TopicPartition) -> None:
+        if self._consumer is not None and (part.topic, part.partition) in self._assigned:
+            self._consumer.resume([part])
+
+    def _spawn(self, tp: TP, offset: int, delivery: Delivery) -> None:
+        if tp not in self._assigned:
+            return  # revoked while waiting: the new owner has it
+        task = asyncio.get_running_loop().create_task(self._deliver(tp, offset, delivery))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- delivering -----------------------------------------------------------------------
+    async def _deliver(self, tp: TP, offset: int, delivery: Delivery) -> None:
+        async with self._slots:
+            sub = self._registry.get(delivery.subscription_id)
+            if sub is None:
+                self._emit_dead(delivery, "subscription_deleted")
+            else:
+                result = await attempt(self._transport, sub, delivery, self._clock)
+                outcome = settle(
+                    delivery,
+                    result,
+                    self._policy,
+                    now_ms=int(self._clock() * 1000),
+                    rand=self._rand,
+                    url=sub.url,
+                )
+                self._emit(outcome)
+        self._settled(tp, offset)
+
+    def _settled(self, tp: TP, offset: int) -> None:
+        with self._lock:
+            self._tracker.settled(tp, offset)
+        self.settled_count += 1
+
+    def _emit(self, outcome: Settlement) -> None:
+        sub_id = outcome.attempt.subscription_id
+        out = self._producer
+        produce(
+            out,
+            self._topics["attempts"],
+            sub_id,
+            codec.encode(outcome.attempt),
+            on_delivery=self._produced,
+        )
+        if outcome.retry is not None and outcome.retry_tier is not None:
+            tier_topic = self._tiers[outcome.retry_tier][1]
+            produce(
+                out, tier_topic, sub_id, codec.encode(outcome.retry), on_delivery=self._produced
+            )
+        if outcome.dead_letter is not None:
+            produce(
+                out,
+                self._topics["dlq"],
+                sub_id,
+                codec.encode(outcome.dead_letter),
+                on_delivery=self._produced,
+            )
+        if outcome.health is not None:
+            produce(
+                out,
+                self._topics["health"],
+                sub_id,
+                codec.encode(outcome.health),
+                on_delivery=self._produced,
+            )
+
+    def _emit_dead(self, delivery: Delivery, reason: str) -> None:
+        letter = DeadLetter(
+            reason=reason,
+            dead_at=int(self._clock() * 1000),
+            tenant_id=delivery.tenant_id,
+            subscription_id=delivery.subscription_id,
+            delivery=delivery,
+            attempts=delivery.attempt - 1,
+            first_attempt_at=delivery.first_attempt_at,
+        )
+        produce(
+            self._producer,
+            self._topics["dlq"],
+            delivery.subscription_id,
+            codec.encode(letter),
+            on_delivery=self._produced,
+        )
+
+    def _dead_letter_raw(self, msg: Message, exc: DecodeError) -> None:
+        key = (msg.key() or b"invalid").decode("utf-8", errors="replace")
+        letter = DeadLetter(
+            reason=exc.reason,
+            dead_at=int(self._clock() * 1000),
+            subscription_id=key,
+            raw=msg.value(),
+            last_error=str(exc)[:500],
+        )
+        produce(
+            self._producer,
+            self._topics["dlq"],
+            key,
+            codec.encode(letter),
+            on_delivery=self._produced,
+        )
+
+    # --- the loop -------------------------------------------------------------------------
+    async def _commit(self) -> None:
+        with self._lock:
+            positions = self._tracker.to_commit()
+        if not positions:
+            return
+        await flush(self._producer, self._produced)
+        assert self._consumer is not None
+        await asyncio.get_running_loop().run_in_executor(None, commit, self._consumer, positions)
+        with self._lock:
+            self._tracker.mark_committed(positions)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Dispatch until ``stop`` is set, then finish in-flight attempts and commit."""
+        await self._registry.ready.wait()
+        loop = self._loop = asyncio.get_running_loop()
+        consumer = self._consumer = make_consumer(self._settings, "dispatch")
+        consumer.subscribe(self._lanes, on_assign=self._on_assign, on_revoke=self._on_revoke)
+        buffer_cap = self._settings.dispatch_concurrency * 4
+        last_commit = time.monotonic()
+        try:
+            while not stop.is_set():
+                if len(self._tasks) >= buffer_cap:
+                    await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                msgs = await loop.run_in_executor(
+                    None, consumer.consume, self._settings.dispatch_batch_size, 0.05
+                )
+                for msg in msgs:
+                    if msg.error() is None:
+                        self._take(msg)
+                    else:
+                        log.warning("dispatch consumer error: %s", msg.error())
+                if time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
+                    await self._commit()
+                    last_commit = time.monotonic()
+        finally:
+            await self._shutdown(consumer)
+
+    async def _shutdown(self, consumer: Consumer, deadline_s: float = 20.0) -> None:
+        """One deadline for in-flight attempts; then flush, commit and leave the group."""
+        loop = asyncio.get_running_loop()
+        for tp in list(self._timers):
+            self._cancel_timers([tp])
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=deadline_s)
+        try:
+            await self._commit()
+        finally:
+            await loop.run_in_executor(None, consumer.close)

@@ -1,0 +1,114 @@
+"""The delivery pipeline of one worker process: registry, router and dispatcher lanes.
+
+`Pipeline` owns the shared producer and HTTP transport and runs each lane as a task until
+`stop` is called. The worker starts it inside the Faust app (see `register_pipeline`); tests and
+`hookstream demo` can run it directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from streams.adapters.http import AiohttpTransport, Transport
+from streams.adapters.kafka_clients import make_producer
+from streams.adapters.registry import SubscriptionRegistry
+from streams.agents.dispatcher import Dispatcher
+from streams.agents.router import Router
+from streams.domain.durations import format_duration
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def retry_tiers(settings: Settings) -> list[tuple[float, str]]:
+    """(delay seconds, full topic name) of every retry tier, shortest first."""
+    return [(d, settings.topic(f"retry.{format_duration(d)}")) for d in settings.retry_schedule]
+
+
+class Pipeline:
+    def __init__(
+        self,
+        settings: Settings,
+        transport_factory: Callable[[Settings], Transport] | None = None,
+    ) -> None:
+        self.settings = settings
+        self._transport_factory = transport_factory or _default_transport
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.registry = SubscriptionRegistry(settings)
+        self.producer = make_producer(settings)
+        self.transport: Transport | None = None
+        self.router: Router | None = None
+        self.dispatcher: Dispatcher | None = None
+
+    async def start(self) -> None:
+        self.transport = self._transport_factory(self.settings)
+        self.router = Router(self.settings, self.registry, self.producer)
+        self.dispatcher = Dispatcher(
+            self.settings,
+            self.registry,
+            self.producer,
+            self.transport,
+            retry_tiers(self.settings),
+        )
+        for name, coro in (
+            ("registry", self.registry.run(self._stop)),
+            ("router", self.router.run(self._stop)),
+            ("dispatcher", self.dispatcher.run(self._stop)),
+        ):
+            task = asyncio.create_task(coro, name=f"hookstream-{name}")
+            task.add_done_callback(self._lane_done)
+            self._tasks.append(task)
+
+    def _lane_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or self._stop.is_set():
+            return
+        exc = task.exception()
+        log.critical("lane %s stopped unexpectedly: %r", task.get_name(), exc)
+        self._stop.set()
+
+    @property
+    def failed(self) -> BaseException | None:
+        for task in self._tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                return task.exception()
+        return None
+
+    async def wait_ready(self, timeout_s: float = 60.0) -> None:
+        await asyncio.wait_for(self.registry.ready.wait(), timeout_s)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=30)
+        for task in self._tasks:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.transport is not None:
+            await self.transport.aclose()
+        await asyncio.get_running_loop().run_in_executor(None, self.producer.flush, 10)
+
+
+def _default_transport(settings: Settings) -> Transport:
+    return AiohttpTransport(
+        max_connections=settings.dispatch_concurrency, body_cap=settings.response_body_cap
+    )
+
+
+def pipeline_component(app: Any, settings: Settings) -> None:
+    """Faust component: run the pipeline for as long as the worker's app runs."""
+    pipeline = Pipeline(settings)
+
+    @app.task  # type: ignore[untyped-decorator]  # faust ships no type information
+    async def _run_pipeline() -> None:
+        await pipeline.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await pipeline.stop()

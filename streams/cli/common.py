@@ -1,0 +1,57 @@
+"""Helpers shared by the command groups: settings, JSON output, time parsing."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+import click
+
+from streams.settings import Settings, load_settings
+
+
+def settings() -> Settings:
+    return load_settings()
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def echo_json(value: Any) -> None:
+    click.echo(json.dumps(_plain(value), indent=2, sort_keys=True))
+
+
+def fmt_ms(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+
+
+def parse_time(text: str | None) -> int | None:
+    """An ISO-8601 datetime (UTC if no zone) to epoch ms."""
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise click.BadParameter(f"{text!r} is not an ISO-8601 datetime") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")

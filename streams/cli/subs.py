@@ -1,0 +1,105 @@
+"""`hookstream subs`: manage subscriptions."""
+
+from __future__ import annotations
+
+import click
+
+from streams.cli.common import echo_json, json_option, settings
+from streams.services import subscriptions as service
+
+
+@click.group()
+def subs() -> None:
+    """Create, list, show and delete subscriptions."""
+
+
+@subs.command()
+@click.option("--tenant", "tenant_id", required=True, help="Tenant that owns the subscription.")
+@click.option("--url", required=True, help="Endpoint URL (https, or http when allowed).")
+@click.option("--name", default="", help="A name for humans.")
+@click.option("--filter", "filters", multiple=True, help="Event type or wildcard (invoice.*).")
+@click.option("--email", "emails", multiple=True, help="Owner email for notices.")
+@click.option("--timeout", "timeout_s", type=float, default=None, help="Seconds, at most 30.")
+@click.option("--rate-limit", type=float, default=None, help="Deliveries per second.")
+@click.option("--max-in-flight", type=int, default=None, help="Concurrent attempts at most.")
+@click.option("--header", "headers", multiple=True, help="Static header NAME=VALUE.")
+@json_option
+def create(
+    tenant_id: str,
+    url: str,
+    name: str,
+    filters: tuple[str, ...],
+    emails: tuple[str, ...],
+    timeout_s: float | None,
+    rate_limit: float | None,
+    max_in_flight: int | None,
+    headers: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Create a subscription; prints its signing secret once."""
+    data: dict[str, object] = {
+        "tenant_id": tenant_id,
+        "url": url,
+        "name": name,
+        "filters": list(filters) or ["*"],
+        "owner_emails": list(emails),
+    }
+    for key, value in (
+        ("timeout_s", timeout_s),
+        ("rate_limit", rate_limit),
+        ("max_in_flight", max_in_flight),
+    ):
+        if value is not None:
+            data[key] = value
+    if headers:
+        pairs = [h.split("=", 1) for h in headers]
+        if any(len(p) != 2 for p in pairs):
+            raise click.BadParameter("use NAME=VALUE", param_hint="--header")
+        data["headers"] = dict(pairs)
+    sub = service.create_subscription(settings(), data)
+    if as_json:
+        echo_json(service.public_view(sub, show_secret=True))
+    else:
+        click.echo(f"created {sub.id} -> {sub.url}")
+        click.echo(f"secret  {sub.secrets[0].value}  (shown once; receivers verify with it)")
+
+
+@subs.command(name="list")
+@click.option("--tenant", "tenant_id", default=None, help="Only this tenant.")
+@json_option
+def list_(tenant_id: str | None, as_json: bool) -> None:
+    """List subscriptions."""
+    found = service.list_subscriptions(settings(), tenant_id)
+    if as_json:
+        echo_json([service.public_view(s) for s in found])
+        return
+    for sub in found:
+        click.echo(
+            f"{sub.id}  {sub.tenant_id:<12} {sub.status.value:<9} {sub.url}  "
+            f"[{','.join(sub.filters)}]"
+        )
+    click.echo(f"{len(found)} subscription(s)")
+
+
+@subs.command()
+@click.argument("subscription_id")
+@json_option
+def show(subscription_id: str, as_json: bool) -> None:
+    """Show one subscription (secrets are never shown)."""
+    view = service.public_view(service.get_subscription(settings(), subscription_id))
+    if as_json:
+        echo_json(view)
+        return
+    for key, value in view.items():
+        click.echo(f"{key:>14}: {value}")
+
+
+@subs.command()
+@click.argument("subscription_id")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def delete(subscription_id: str, yes: bool) -> None:
+    """Delete a subscription for good (suspension never deletes)."""
+    if not yes:
+        click.confirm(f"delete {subscription_id} and its secrets for good?", abort=True)
+    service.remove_subscription(settings(), subscription_id)
+    click.echo(f"deleted {subscription_id}")

@@ -1,0 +1,1 @@
+"""`hookstream demo`: the whole pipeline on one machine, with receivers that verify signatures."""
