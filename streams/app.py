@@ -1,0 +1,194 @@
+"""The one Faust app factory of hookstream, and the worker that runs it.
+
+`create_app` builds a Faust app from the `Settings` and lets each *component* register its agents,
+tables, timers, services and web views on it. `DEFAULT_COMPONENTS` lists what `hookstream worker`
+runs; a new agent module joins the product by adding its register function to that list.
+
+What the factory decides, once, for every hookstream worker:
+
+- Tables live in RocksDB through rocksdict, under ``settings.tables_dir``, with sized caches: the
+  library defaults (2 GiB block cache per partition, 3 x 64 MiB write buffers, 90% of the process'
+  file descriptors per partition) would put a worker far past its memory budget (SPEC P6).
+- Faust may create only its own internal topics (table changelogs). Every topic hookstream's
+  agents consume or produce is owned by topics.yaml (SPEC X1) and is declared there, never here;
+  the broker has ``auto.create.topics.enable=false`` as well.
+- Faust's leader topic is off: hookstream does not use leader election.
+- Faust reads nothing from the environment: `Settings` is the only configuration (SPEC X5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, cast
+
+import faust
+from faust.tables.manager import TableManager
+
+from streams.agents.pipeline import pipeline_component
+from streams.logging import configure_logging
+from streams.settings import Settings
+
+#: Registers a part of the product on the app: agents, tables, tasks, services or web views.
+Component = Callable[[faust.App, Settings], None]
+
+#: What `hookstream worker` runs. Each agent module adds its register function here.
+DEFAULT_COMPONENTS: list[Component] = [pipeline_component]
+
+MIB: Final = 1024 * 1024
+
+#: Table changelogs are faust's own topics, so faust declares them with this replication factor.
+#: 1 fits the single-node development broker (where anything higher cannot be created).
+CHANGELOG_REPLICATION_FACTOR: Final = 1
+
+#: Write buffers per table partition: one filling while one flushes.
+ROCKSDB_WRITE_BUFFERS: Final = 2
+#: Open SST files per table partition; RocksDB keeps the rest closed.
+ROCKSDB_MAX_OPEN_FILES: Final = 64
+
+
+def rocksdb_options(settings: Settings) -> dict[str, Any]:
+    """RocksDB options of every table partition, sized from the settings (SPEC §5, P6)."""
+    return {
+        "driver": "rocksdict",
+        "block_cache_size": settings.rocksdb_block_cache_mb * MIB,
+        "write_buffer_size": settings.rocksdb_write_buffer_mb * MIB,
+        "max_write_buffer_number": ROCKSDB_WRITE_BUFFERS,
+        "max_open_files": ROCKSDB_MAX_OPEN_FILES,
+    }
+
+
+def _sized_table_class(base: Any, defaults: Mapping[str, Any]) -> Any:
+    """A subclass of faust's table class `base` whose stores open with `defaults`.
+
+    faust has no app-wide RocksDB options, only a per-table ``options=`` mapping, so the app's
+    table classes add the sized defaults to each table; a table's own options still win.
+    Each table gets a fresh dict because faust's store pops keys out of the one it is given.
+    """
+
+    def _init(self: Any, app: Any, *, options: Mapping[str, Any] | None = None, **kw: Any) -> None:
+        base.__init__(self, app, options={**defaults, **(options or {})}, **kw)
+
+    return type(f"Sized{base.__name__}", (base,), {"__init__": _init, "__module__": __name__})
+
+
+def _table_classes(settings: Settings) -> dict[str, Any]:
+    defaults = rocksdb_options(settings)
+    return {
+        name: _sized_table_class(getattr(faust, name), defaults)
+        for name in ("Table", "GlobalTable", "SetTable", "SetGlobalTable")
+    }
+
+
+def readiness(app: faust.App) -> dict[str, bool]:
+    """Why this worker is or is not ready to do its share of the work (``/readyz``).
+
+    Ready means: the worker has joined its consumer group and taken its assignment, no rebalance
+    is in progress, and every table it holds has been recovered from its changelog. An empty
+    assignment still counts as ready (reported as ``assigned: false``): with more workers than
+    partitions the extra ones are idle but still serve the admin API (SPEC X4). An app with
+    nothing to consume (``producer_only``) is ready as soon as it serves.
+    """
+    if app.producer_only:
+        return {
+            "joined": False,
+            "assigned": False,
+            "rebalancing": False,
+            "recovering": False,
+            "ready": True,
+        }
+    manager = cast(TableManager, app.tables)  # the interface type omits `recovery`
+    joined = manager.recovery.completed.is_set()
+    state = {
+        "joined": joined,
+        "assigned": bool(app.consumer.assignment()) if joined else False,
+        "rebalancing": bool(app.rebalancing),
+        "recovering": bool(app.in_recovery),
+    }
+    state["ready"] = joined and not state["rebalancing"] and not state["recovering"]
+    return state
+
+
+def register_probes(app: faust.App, settings: Settings) -> None:
+    """``/healthz`` (the process serves requests) and ``/readyz`` (see `readiness`)."""
+    del settings  # probes need no settings; the parameter keeps the component signature
+
+    @app.page("/healthz")
+    async def healthz(web: Any, request: Any) -> Any:
+        return web.json({"status": "ok"})
+
+    @app.page("/readyz")
+    async def readyz(web: Any, request: Any) -> Any:
+        state = readiness(app)
+        status = "ready" if state["ready"] else "not_ready"
+        return web.json({"status": status, **state}, status=200 if state["ready"] else 503)
+
+
+def create_app(settings: Settings, components: Iterable[Component] = ()) -> faust.App:
+    """Build hookstream's Faust app and register `components` on it, in order.
+
+    The probes (`register_probes`) are always registered first.
+    """
+    tables_dir = settings.tables_dir.resolve()
+    servers = [
+        f"kafka://{server.strip()}" for server in settings.kafka_bootstrap.split(",") if server
+    ]
+    app = faust.App(
+        settings.group_id,
+        env={},  # faust must not read its own environment variables: Settings is the only source
+        autodiscover=False,
+        broker=servers,
+        store="rocksdb://",
+        datadir=tables_dir,
+        tabledir=tables_dir,
+        table_standby_replicas=settings.table_standby_replicas,
+        topic_replication_factor=CHANGELOG_REPLICATION_FACTOR,
+        topic_allow_declare=True,  # only internal topics (changelogs) are ever declared
+        topic_disable_leader=True,
+        consumer_auto_offset_reset="earliest",
+        broker_commit_every=1000,
+        broker_commit_interval=1.0,
+        stream_processing_timeout=60.0,
+        web_enabled=True,
+        web_transport="tcp://",
+        web_bind=settings.web_host,
+        web_host=settings.web_host,
+        web_port=settings.web_port,
+        # faust's debug pages would expose raw table contents (subscriptions hold secrets)
+        web_router_enabled=False,
+        web_tables_enabled=False,
+        web_graph_enabled=False,
+        web_stats_enabled=False,
+        worker_redirect_stdouts=False,
+        **_table_classes(settings),
+    )
+    for register in (register_probes, *components):
+        register(app, settings)
+    if not app.agents and not app.tables:
+        # Nothing to consume: a consumer with no topics cannot join a group, so serve the web
+        # views (probes, admin API) and produce only.
+        app.producer_only = True
+    return app
+
+
+def run_worker(app: faust.App, settings: Settings) -> None:
+    """Run `app` in the foreground until SIGTERM or SIGINT, then stop cleanly and return.
+
+    Logs go out as JSON lines (`streams.logging`). faust's terminal spinner and banner are off,
+    and faust never looks at the command line here. A worker that crashes exits the process with
+    a non-zero status.
+    """
+    configure_logging(settings.log_level)
+    settings.tables_dir.mkdir(parents=True, exist_ok=True)
+    worker = faust.Worker(
+        app,
+        loglevel=settings.log_level,
+        quiet=True,
+        redirect_stdouts=False,
+        override_logging=False,  # keep the JSON handler configured above
+    )
+    worker.spinner = None
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:  # mode always exits; a clean stop is a normal return for callers
+        if exc.code not in (0, None):
+            raise
