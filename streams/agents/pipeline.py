@@ -13,20 +13,17 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from mode import Service
+
 from streams.adapters.http import AiohttpTransport, Transport
+from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import make_producer
 from streams.adapters.registry import SubscriptionRegistry
 from streams.agents.dispatcher import Dispatcher
 from streams.agents.router import Router
-from streams.domain.durations import format_duration
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
-
-
-def retry_tiers(settings: Settings) -> list[tuple[float, str]]:
-    """(delay seconds, full topic name) of every retry tier, shortest first."""
-    return [(d, settings.topic(f"retry.{format_duration(d)}")) for d in settings.retry_schedule]
 
 
 class Pipeline:
@@ -53,7 +50,7 @@ class Pipeline:
             self.registry,
             self.producer,
             self.transport,
-            retry_tiers(self.settings),
+            list(load_topology(self.settings).retry_tiers),
         )
         for name, coro in (
             ("registry", self.registry.run(self._stop)),
@@ -102,13 +99,19 @@ def _default_transport(settings: Settings) -> Transport:
 
 
 def pipeline_component(app: Any, settings: Settings) -> None:
-    """Faust component: run the pipeline for as long as the worker's app runs."""
-    pipeline = Pipeline(settings)
+    """Faust component: run the delivery pipeline for as long as the worker's app runs."""
 
-    @app.task  # type: ignore[untyped-decorator]  # faust ships no type information
-    async def _run_pipeline() -> None:
-        await pipeline.start()
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await pipeline.stop()
+    class PipelineService(Service):
+        """Starts the lanes once the app is up; stops them (one deadline) before it stops."""
+
+        pipeline: Pipeline
+
+        async def on_start(self) -> None:
+            self.pipeline = Pipeline(settings)
+            app.hookstream_pipeline = self.pipeline
+            await self.pipeline.start()
+
+        async def on_stop(self) -> None:
+            await self.pipeline.stop()
+
+    app.service(PipelineService)

@@ -31,7 +31,7 @@ class DeliverySummary:
     next_retry_at: int | None
 
 
-def _attempts(settings: Settings) -> list[Attempt]:
+def all_attempts(settings: Settings) -> list[Attempt]:
     out = []
     for msg in scan(settings, settings.topic("attempts")):
         try:
@@ -60,7 +60,7 @@ def summarise(history: list[Attempt]) -> DeliverySummary:
 
 
 def delivery_history(settings: Settings, delivery_id: str) -> list[Attempt]:
-    history = [a for a in _attempts(settings) if a.delivery_id == delivery_id]
+    history = [a for a in all_attempts(settings) if a.delivery_id == delivery_id]
     if not history:
         raise NotFoundError(f"delivery {delivery_id} not found in the ledger")
     return sorted(history, key=lambda a: (a.attempt, a.started_at))
@@ -70,7 +70,7 @@ def list_deliveries(
     settings: Settings, subscription_id: str | None = None, state: str | None = None
 ) -> list[DeliverySummary]:
     grouped: dict[str, list[Attempt]] = {}
-    for att in _attempts(settings):
+    for att in all_attempts(settings):
         if subscription_id is None or att.subscription_id == subscription_id:
             grouped.setdefault(att.delivery_id, []).append(att)
     summaries = [summarise(h) for h in grouped.values()]

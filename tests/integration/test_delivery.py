@@ -1,0 +1,174 @@
+"""The delivery core end to end on the real broker and real local receivers (D1-D9, Q2)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import orjson
+import pytest
+from confluent_kafka import Producer
+from standardwebhooks.webhooks import Webhook
+
+from streams.domain.idempotency import delivery_id
+from streams.domain.models import DeliveryState
+from streams.settings import Settings
+from tests.integration.pipeline_harness import PipelineHarness, make_event
+from tests.receivers import PerId, Receiver, Reset, Respond
+
+pytestmark = pytest.mark.integration
+
+SHORT = {"retry_schedule": "1s,2s", "retry_window": "1m", "retry_jitter": 0.1}
+
+
+async def test_d2_d3_d4_signed_deliveries_verify_with_standardwebhooks(
+    make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
+) -> None:
+    receiver = receiver_factory()
+    url = receiver.route("/hook", Respond(200))
+    async with PipelineHarness(make_settings(**SHORT)) as h:
+        sub = await h.subscribe(url, ["invoice.*"])
+        other = await h.subscribe(url, ["user.created"])  # must receive nothing
+        events = [make_event("acme", "invoice.paid", n) for n in range(20)]
+        await h.publish(events[:10])
+        await h.publish(events[10:], avro=True)  # producers may send Avro single-object
+        await h.wait_for(lambda: len(receiver.requests) >= 20, timeout_s=30)
+        got = receiver.requests
+    verifier = Webhook(sub.secrets[0].value)
+    by_id = {e.id: e for e in events}
+    seen = set()
+    for req in got:
+        payload = verifier.verify(req.body, req.headers)  # raises on a bad signature
+        assert req.headers["webhook-id"] == req.headers["x-idempotency-key"]
+        event = by_id[payload["id"]]
+        assert req.headers["webhook-id"] == delivery_id(event.id, sub.id)
+        assert payload["type"] == "invoice.paid"
+        assert payload["attempt"] == 1
+        assert payload["data"] == orjson.loads(event.data_json)
+        assert set(payload) == {"id", "type", "timestamp", "data", "attempt"}
+        seen.add(payload["id"])
+    assert seen == set(by_id)
+    assert all(delivery_id(e.id, other.id) not in {r.headers["webhook-id"] for r in got}
+               for e in events)
+
+
+async def test_d6_retries_arrive_on_schedule_never_early_same_webhook_id(
+    make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
+) -> None:
+    receiver = receiver_factory()
+    url = receiver.route("/flaky", PerId((Respond(500), Respond(503), Respond(200))))
+    async with PipelineHarness(make_settings(**SHORT)) as h:
+        sub = await h.subscribe(url, ["*"])
+        events = [make_event("acme", "order.created", n) for n in range(5)]
+        await h.publish(events)
+        await h.wait_for(lambda: len(receiver.requests) >= 15, timeout_s=40)
+        got = receiver.requests
+        await h.wait_for(lambda: h.pipeline.dispatcher.settled_count >= 15, timeout_s=10)
+        attempts = await h.attempts()
+    verifier = Webhook(sub.secrets[0].value)
+    arrivals: dict[str, list[tuple[float, int, int]]] = {}
+    for req in got:
+        payload = verifier.verify(req.body, req.headers)
+        arrivals.setdefault(req.headers["webhook-id"], []).append(
+            (req.at, payload["attempt"], int(req.headers["webhook-timestamp"]))
+        )
+    assert len(arrivals) == 5, "one webhook-id per delivery, identical across its retries"
+    due = {(a.delivery_id, a.attempt + 1): a.next_retry_at for a in attempts if a.next_retry_at}
+    for wid, seq in arrivals.items():
+        assert [n for _, n, _ in seq] == [1, 2, 3], "attempt counts up in the body (D4)"
+        assert seq[1][2] >= seq[0][2], "webhook-timestamp is fresh on every attempt"
+        for at, n, _ in seq[1:]:
+            due_ms = due[(wid, n)]
+            assert due_ms is not None
+            assert at >= due_ms / 1000 - 0.01, f"attempt {n} of {wid} came early"
+            assert at <= due_ms / 1000 + 1.0, f"attempt {n} of {wid} more than 1 s late"
+        gap1, gap2 = seq[1][0] - seq[0][0], seq[2][0] - seq[1][0]
+        assert 0.85 <= gap1 <= 2.2 and 1.75 <= gap2 <= 3.3, (gap1, gap2)
+    states = Counter(a.state for a in attempts)
+    assert states[DeliveryState.SUCCESS] == 5 and states[DeliveryState.ERROR] == 10
+
+
+async def test_d5_d8_terminal_outcomes_are_dead_lettered_with_context(
+    make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
+) -> None:
+    receiver = receiver_factory()
+    gone = receiver.route("/gone", Respond(404, body=b"no such hook"))
+    moved = receiver.route("/moved", Respond(301, headers=(("Location", receiver.url("/x")),)))
+    broken = receiver.route("/broken", Respond(500, body=b"boom"))
+    async with PipelineHarness(make_settings(**SHORT)) as h:
+        subs = {
+            "gone": await h.subscribe(gone, ["a.*"]),
+            "moved": await h.subscribe(moved, ["a.*"]),
+            "broken": await h.subscribe(broken, ["a.*"]),
+        }
+        await h.publish([make_event("acme", "a.b", 1)])
+        letters = await h.dead_letters_until(3, timeout_s=30)
+    by_sub = {d.subscription_id: d for d in letters}
+    assert by_sub[subs["gone"].id].reason == "http_404"
+    assert by_sub[subs["gone"].id].attempts == 1
+    assert by_sub[subs["gone"].id].response_excerpt == "no such hook"
+    assert by_sub[subs["moved"].id].reason == "redirect_301"
+    assert by_sub[subs["broken"].id].reason == "exhausted:http_500"
+    assert by_sub[subs["broken"].id].attempts == 3  # 1 + one per tier of 1s,2s
+    assert by_sub[subs["broken"].id].delivery is not None
+    assert by_sub[subs["broken"].id].delivery.event.id.endswith("_1")
+    assert not receiver.requests_to("/x"), "a redirect is never followed (D5)"
+
+
+async def test_d1_no_loss_with_flapping_endpoints(
+    make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
+) -> None:
+    receiver = receiver_factory()
+    urls = {
+        "ok": receiver.route("/ok", Respond(200)),
+        "flap": receiver.route("/flap", PerId((Respond(503), Respond(200)))),
+        "reset": receiver.route("/reset", PerId((Reset(), Respond(200)))),
+        "gone": receiver.route("/gone", Respond(410)),
+    }
+    n_events = 60
+    async with PipelineHarness(make_settings(**SHORT)) as h:
+        subs = {name: await h.subscribe(url, ["*"]) for name, url in urls.items()}
+        events = [make_event("acme", "order.created", n) for n in range(n_events)]
+        await h.publish(events)
+        expected = {delivery_id(e.id, s.id) for e in events for s in subs.values()}
+        # A delivery succeeded at the receiver when its webhook-id got the 2xx answer:
+        # the first request on /ok, the second on /flap and /reset.
+        needed = {"/ok": 1, "/flap": 2, "/reset": 2}
+
+        def delivered() -> set[str]:
+            counts = Counter((r.path, r.headers["webhook-id"]) for r in receiver.requests)
+            return {wid for (path, wid), n in counts.items() if n >= needed.get(path, 99)}
+
+        await h.wait_for(lambda: len(delivered()) >= 3 * n_events, timeout_s=60)
+        letters = await h.dead_letters_until(n_events, timeout_s=30)
+    dead = {d.delivery.delivery_id for d in letters if d.delivery is not None}
+    got = delivered()
+    assert got | dead == expected, "every (event, subscription) pair is settled (D1)"
+    assert not got & dead
+    assert len(dead) == n_events  # the 410 endpoint's deliveries, each dead-lettered once
+
+
+async def test_q2_poison_events_are_dead_lettered_and_routing_goes_on(
+    make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
+) -> None:
+    receiver = receiver_factory()
+    url = receiver.route("/ok", Respond(200))
+    settings = make_settings(**SHORT)
+    async with PipelineHarness(settings) as h:
+        await h.subscribe(url, ["*"])
+        producer = Producer({"bootstrap.servers": settings.kafka_bootstrap})
+        topic = settings.topic("events")
+        json_ct = [("content-type", b"application/json")]
+        producer.produce(topic, key=b"acme", value=b"\xc3\x01garbage")  # bad Avro
+        producer.produce(topic, key=b"acme", value=b"{not json", headers=json_ct)
+        producer.produce(topic, key=b"acme", value=b'{"id": "x"}', headers=json_ct)
+        producer.flush(10)
+        good = make_event("acme", "ok.event", 1)
+        await h.publish([good])
+        await h.wait_for(lambda: len(receiver.requests) >= 1, timeout_s=30)
+        letters = await h.dead_letters_until(3, timeout_s=30)
+        assert h.pipeline.failed is None
+    reasons = sorted(d.reason for d in letters)
+    assert len(reasons) == 3, reasons
+    assert all(d.raw is not None for d in letters)
+    assert {"invalid_event"} <= set(reasons)
