@@ -121,7 +121,11 @@ def settle(
             first_attempt_at_ms=first_attempt_at,
             now_ms=now_ms,
             rand=rand,
-            retry_after_s=parse_retry_after(result.retry_after, now_ms),
+            retry_after_s=(
+                parse_retry_after(result.retry_after, now_ms)
+                if result.status in _RETRY_AFTER_STATUSES
+                else None
+            ),
         )
         if not decision.exhausted and decision.tier is not None and decision.due_at_ms is not None:
             retry = replace(
@@ -154,6 +158,9 @@ def settle(
         return Settlement(attempt=attempt)  # probes and tests answer their caller instead
     return Settlement(attempt=attempt, dead_letter=dead, health=health(verdict.outcome))
 
+
+# Retry-After is honoured on these answers only (D6, F2).
+_RETRY_AFTER_STATUSES = frozenset({429, 503})
 
 # Probe and test deliveries report to whoever asked; they are not retried or dead-lettered,
 # and they never move the health counters.
