@@ -1,0 +1,660 @@
+"""§4, Q2, Q5: Avro single-object encoding of every topic value, and ingest decoding."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from datetime import UTC, datetime, timedelta, timezone
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streams.adapters import codec
+from streams.domain.models import (
+    Attempt,
+    ControlEvent,
+    DeadLetter,
+    Delivery,
+    DeliveryState,
+    Event,
+    HealthOutcome,
+    Lane,
+    Notification,
+    OutcomeClass,
+    Secret,
+    Subscription,
+    SubscriptionStatus,
+)
+from streams.errors import ConfigError, DecodeError
+
+NOW = 1_700_000_000_000
+
+# ---------------------------------------------------------------------------------------------
+# Strategies: valid instances of every record, with arbitrary text and the whole Avro long range.
+
+texts = st.text()
+longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+doubles = st.floats(allow_nan=False)
+
+
+def opt(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.none() | strategy
+
+
+def tuples_of(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[tuple[Any, ...]]:
+    return st.lists(strategy, max_size=4).map(tuple)
+
+
+events = st.builds(
+    Event,
+    id=texts,
+    tenant_id=texts,
+    type=texts,
+    timestamp=longs,
+    data_json=texts,
+    published_at=longs,
+)
+subscriptions = st.builds(
+    Subscription,
+    id=texts,
+    tenant_id=texts,
+    name=texts,
+    url=texts,
+    filters=tuples_of(texts),
+    secrets=tuples_of(st.builds(Secret, value=texts, not_after=opt(longs))),
+    status=st.sampled_from(SubscriptionStatus),
+    status_reason=opt(texts),
+    owner_emails=tuples_of(texts),
+    notify_url=opt(texts),
+    rate_limit=opt(doubles),
+    max_in_flight=opt(longs),
+    timeout_s=doubles,
+    headers=tuples_of(st.tuples(texts, texts)),
+    created_at=longs,
+    updated_at=longs,
+    suspended_at=opt(longs),
+)
+deliveries = st.builds(
+    Delivery,
+    delivery_id=texts,
+    subscription_id=texts,
+    tenant_id=texts,
+    event=events,
+    attempt=longs,
+    lane=st.sampled_from(Lane),
+    routed_at=longs,
+    first_attempt_at=opt(longs),
+    due_at=longs,
+)
+attempts = st.builds(
+    Attempt,
+    delivery_id=texts,
+    subscription_id=texts,
+    tenant_id=texts,
+    event_id=texts,
+    event_type=texts,
+    attempt=longs,
+    lane=st.sampled_from(Lane),
+    started_at=longs,
+    duration_ms=doubles,
+    outcome=st.sampled_from(OutcomeClass),
+    reason=texts,
+    state=st.sampled_from(DeliveryState),
+    http_status=opt(longs),
+    error=opt(texts),
+    response_excerpt=opt(texts),
+    next_retry_at=opt(longs),
+    published_at=longs,
+    first_attempt_at=opt(longs),
+)
+dead_letters = st.builds(
+    DeadLetter,
+    reason=texts,
+    dead_at=longs,
+    tenant_id=opt(texts),
+    subscription_id=opt(texts),
+    delivery=opt(deliveries),
+    raw=opt(st.binary()),
+    attempts=longs,
+    last_status=opt(longs),
+    last_error=opt(texts),
+    response_excerpt=opt(texts),
+    first_attempt_at=opt(longs),
+)
+health_outcomes = st.builds(
+    HealthOutcome,
+    subscription_id=texts,
+    delivery_id=texts,
+    outcome=st.sampled_from(OutcomeClass),
+    reason=texts,
+    at=longs,
+    origin=texts,
+    attempts=longs,
+    http_status=opt(longs),
+    error=opt(texts),
+)
+control_events = st.builds(
+    ControlEvent,
+    subscription_id=texts,
+    kind=texts,
+    at=longs,
+    reason=opt(texts),
+    payload_json=texts,
+)
+notifications = st.builds(
+    Notification,
+    notification_id=texts,
+    subscription_id=texts,
+    kind=texts,
+    at=longs,
+    payload_json=texts,
+    recipients=tuples_of(texts),
+)
+
+RECORDS: dict[type[Any], st.SearchStrategy[Any]] = {
+    Event: events,
+    Subscription: subscriptions,
+    Delivery: deliveries,
+    Attempt: attempts,
+    DeadLetter: dead_letters,
+    HealthOutcome: health_outcomes,
+    ControlEvent: control_events,
+    Notification: notifications,
+}
+any_record = st.one_of(*RECORDS.values())
+record_classes = pytest.mark.parametrize("cls", list(RECORDS), ids=lambda c: c.__name__)
+
+
+def sample_event(**changes: Any) -> Event:
+    base = Event("evt_1", "acme", "invoice.paid", NOW, '{"amount":5}', NOW + 1)
+    return dataclasses.replace(base, **changes)
+
+
+# ---------------------------------------------------------------------------------------------
+# The schema files (§4).
+
+
+def crc64_avro(data: bytes) -> bytes:
+    """The Avro spec's 64-bit Rabin fingerprint, written out independently of fastavro."""
+    empty = 0xC15D213AA4D7A795
+    table = []
+    for i in range(256):
+        fp = i
+        for _ in range(8):
+            fp = (fp >> 1) ^ (empty & -(fp & 1))
+        table.append(fp)
+    fp = empty
+    for byte in data:
+        fp = (fp >> 8) ^ table[(fp ^ byte) & 0xFF]
+    return fp.to_bytes(8, "little")
+
+
+def raw_schema(cls: type[Any]) -> dict[str, Any]:
+    path = codec.schemas_dir() / codec.SCHEMA_FILES[cls]
+    loaded: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return loaded
+
+
+def record_fields(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every field of a schema, nested records included."""
+    found: list[dict[str, Any]] = []
+    for item in schema["fields"]:
+        found.append(item)
+        for branch in item["type"] if isinstance(item["type"], list) else [item["type"]]:
+            if isinstance(branch, dict) and branch.get("type") == "record":
+                found.extend(record_fields(branch))
+            if isinstance(branch, dict) and isinstance(branch.get("items"), dict):
+                found.extend(record_fields(branch["items"]))
+    return found
+
+
+def nested(schema: dict[str, Any], field: str) -> dict[str, Any]:
+    item = next(f for f in schema["fields"] if f["name"] == field)
+    kind = item["type"]
+    found: dict[str, Any] = kind[1] if isinstance(kind, list) else kind
+    return found
+
+
+@record_classes
+def test_s4_every_record_has_a_schema_with_matching_fields(cls: type[Any]) -> None:
+    schema = raw_schema(cls)
+    assert schema["namespace"] == "io.hookstream"
+    assert schema["name"] == cls.__name__
+    assert [f["name"] for f in schema["fields"]] == [f.name for f in dataclasses.fields(cls)]
+    assert schema["doc"]
+    assert all(f.get("doc") for f in record_fields(schema)), "every field documents itself"
+
+
+@record_classes
+def test_s4_defaults_match_the_model(cls: type[Any]) -> None:
+    for avro_field, model_field in zip(
+        raw_schema(cls)["fields"], dataclasses.fields(cls), strict=True
+    ):
+        if model_field.default is not dataclasses.MISSING:
+            expected = model_field.default
+        elif model_field.default_factory is not dataclasses.MISSING:
+            expected = model_field.default_factory()
+        else:
+            assert "default" not in avro_field, avro_field["name"]
+            continue
+        if isinstance(avro_field["type"], list):
+            assert avro_field["type"][0] == "null" and avro_field["default"] is None
+            assert expected is None, avro_field["name"]
+        else:
+            assert avro_field["default"] == (list(expected) if expected == () else expected)
+
+
+def test_s4_nested_copies_match_the_standalone_schemas() -> None:
+    """Each .avsc is self-contained; the inlined records must not drift from their own files."""
+
+    def strip(schema: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in schema.items() if k != "namespace"}
+
+    assert nested(raw_schema(Delivery), "event") == strip(raw_schema(Event))
+    assert nested(raw_schema(DeadLetter), "delivery") == strip(raw_schema(Delivery))
+
+
+@record_classes
+def test_s4_fingerprint_is_crc64_avro_of_canonical_form(cls: type[Any]) -> None:
+    schema = codec.schema_for(cls)
+    assert schema.fingerprint == crc64_avro(schema.canonical_form.encode())
+    assert schema.header == b"\xc3\x01" + schema.fingerprint
+    assert '"doc"' not in schema.canonical_form
+
+
+def test_s4_fingerprints_are_distinct() -> None:
+    prints = {codec.schema_for(cls).fingerprint for cls in RECORDS}
+    assert len(prints) == len(RECORDS)
+
+
+def test_s4_override_directory_is_used(tmp_path: Path) -> None:
+    """A changed schema in another directory gets another fingerprint, and old bytes are refused."""
+    shutil.copytree(codec.schemas_dir(), tmp_path, dirs_exist_ok=True)
+    changed = raw_schema(ControlEvent)
+    changed["fields"].append({"name": "extra", "type": "long", "default": 0, "doc": "new"})
+    (tmp_path / "control_event.avsc").write_text(json.dumps(changed))
+    other = codec.Codec(codec.load_schemas(tmp_path))
+    assert codec.schemas_dir(tmp_path) == tmp_path
+    event = sample_event()
+    assert other.decode(Event, codec.encode(event)) == event
+    with pytest.raises(DecodeError) as info:
+        other.decode(ControlEvent, codec.encode(ControlEvent("sub_1", "suspended", NOW)))
+    assert info.value.reason == "unknown_schema"
+
+
+def test_x5_missing_or_bad_schema_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        codec.load_schemas(tmp_path)
+    assert "event.avsc" in str(info.value)
+    shutil.copytree(codec.schemas_dir(), tmp_path, dirs_exist_ok=True)
+    bad_files = [
+        "{not json",
+        '{"type": "record", "name": "A", "fields": [{"name": "x", "type": "y"}]}',
+    ]
+    for text in bad_files:
+        (tmp_path / "attempt.avsc").write_text(text)
+        with pytest.raises(ConfigError) as info:
+            codec.load_schemas(tmp_path)
+        assert "attempt.avsc" in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding and decoding (Q2, Q5).
+
+
+@record_classes
+@given(data=st.data())
+def test_q5_round_trip(cls: type[Any], data: st.DataObject) -> None:
+    record = data.draw(RECORDS[cls])
+    encoded = codec.encode(record)
+    assert encoded.startswith(codec.schema_for(cls).header)
+    decoded = codec.decode(cls, encoded)
+    assert decoded == record
+    for item in dataclasses.fields(cls):
+        assert type(getattr(decoded, item.name)) is type(getattr(record, item.name)), item.name
+
+
+@given(any_record)
+def test_q5_encode_is_deterministic(record: Any) -> None:
+    encoded = codec.encode(record)
+    assert codec.encode(record) == encoded
+    assert codec.encode(codec.decode(type(record), encoded)) == encoded
+
+
+@record_classes
+@given(data=st.data())
+def test_q5_every_truncation_is_refused(cls: type[Any], data: st.DataObject) -> None:
+    encoded = codec.encode(data.draw(RECORDS[cls]))
+    cut = data.draw(st.integers(min_value=0, max_value=len(encoded) - 1))
+    with pytest.raises(DecodeError):
+        codec.decode(cls, encoded[:cut])
+
+
+@given(any_record, st.binary(min_size=1))
+def test_q2_trailing_bytes_are_refused(record: Any, garbage: bytes) -> None:
+    with pytest.raises(DecodeError) as info:
+        codec.decode(type(record), codec.encode(record) + garbage)
+    assert info.value.reason == "invalid_avro"
+
+
+@record_classes
+@given(data=st.data())
+def test_q5_arbitrary_bytes_decode_or_raise_decode_error(
+    cls: type[Any], data: st.DataObject
+) -> None:
+    header = data.draw(st.sampled_from([b"", codec.schema_for(cls).header]))
+    blob = header + data.draw(st.binary(max_size=200))
+    try:
+        record = codec.decode(cls, blob)
+    except DecodeError:
+        return
+    assert isinstance(record, cls)
+    assert codec.decode(cls, codec.encode(record)) == record
+
+
+def test_q2_missing_marker_is_invalid_avro() -> None:
+    encoded = codec.encode(sample_event())
+    for bad in (b"", b"\xc3", b"\x00\x01" + encoded[2:], b'{"id": "evt_1"}'):
+        with pytest.raises(DecodeError) as info:
+            codec.decode(Event, bad)
+        assert info.value.reason == "invalid_avro"
+
+
+def test_q2_another_records_bytes_are_unknown_schema() -> None:
+    encoded = codec.encode(Delivery("d", "sub_1", "acme", sample_event()))
+    with pytest.raises(DecodeError) as info:
+        codec.decode(Event, encoded)
+    assert info.value.reason == "unknown_schema"
+    assert "io.hookstream.Delivery" in str(info.value)
+    forged = encoded[:2] + bytes(8) + encoded[10:]
+    with pytest.raises(DecodeError) as info:
+        codec.decode(Delivery, forged)
+    assert info.value.reason == "unknown_schema"
+
+
+@pytest.mark.parametrize(
+    ("cls", "field", "value"),
+    [
+        (Delivery, "lane", "teleport"),
+        (Attempt, "outcome", "maybe"),
+        (Attempt, "state", "lost"),
+        (HealthOutcome, "outcome", "SUCCESS"),
+        (Subscription, "status", "deleted"),
+    ],
+)
+def test_q2_unknown_enum_value_is_refused(cls: type[Any], field: str, value: str) -> None:
+    schema = codec.schema_for(cls)
+    valid = codec.encode(_plain(cls))
+    body = schemaless_reader(BytesIO(valid[codec.HEADER_SIZE :]), schema.parsed, None)
+    assert isinstance(body, dict)
+    body[field] = value
+    blob = _write(schema.header, schema.parsed, body)
+    with pytest.raises(DecodeError) as info:
+        codec.decode(cls, blob)
+    assert info.value.reason == "invalid_enum"
+    assert field in str(info.value)
+
+
+def _plain(cls: type[Any]) -> Any:
+    delivery = Delivery("d", "sub_1", "acme", sample_event())
+    return {
+        Delivery: delivery,
+        Attempt: Attempt(
+            delivery_id="d",
+            subscription_id="sub_1",
+            tenant_id="acme",
+            event_id="evt_1",
+            event_type="invoice.paid",
+            attempt=1,
+            lane=Lane.LIVE,
+            started_at=NOW,
+            duration_ms=12.5,
+            outcome=OutcomeClass.SUCCESS,
+            reason="http_200",
+            state=DeliveryState.SUCCESS,
+        ),
+        HealthOutcome: HealthOutcome(
+            "sub_1", "d", OutcomeClass.SUCCESS, "http_200", NOW, "https://a.example:443", 1
+        ),
+        Subscription: Subscription("sub_1", "acme", "n", "https://a.example/h", (), ()),
+    }[cls]
+
+
+def _write(header: bytes, parsed: dict[str, Any], body: dict[str, Any]) -> bytes:
+    buf = BytesIO()
+    buf.write(header)
+    schemaless_writer(buf, parsed, body)
+    return buf.getvalue()
+
+
+def test_encode_refuses_objects_without_a_schema() -> None:
+    with pytest.raises(TypeError):
+        codec.encode({"id": "evt_1"})
+    with pytest.raises(TypeError):
+        codec.decode(dict, codec.encode(sample_event()))
+
+
+def test_s4_schema_parses_as_standard_avro() -> None:
+    """The files need nothing but a standard Avro parser."""
+    for cls in RECORDS:
+        parsed = parse_schema(raw_schema(cls))
+        assert isinstance(parsed, dict)
+        assert parsed["name"] == f"io.hookstream.{cls.__name__}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Ingest decoding of the events topic: Avro or JSON (Q2, Q5, F6).
+
+JSON = "application/json"
+
+
+def json_event(**changes: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "id": "evt_1",
+        "tenant_id": "acme",
+        "type": "invoice.paid",
+        "timestamp": NOW,
+        "data": {"amount": 5, "currency": "EUR"},
+    }
+    doc.update(changes)
+    return {k: v for k, v in doc.items() if v is not ...}
+
+
+def ingest(doc: Any, content_type: str | None = JSON, **kwargs: Any) -> Event:
+    return codec.decode_ingest_event(orjson.dumps(doc), content_type, NOW + 7, **kwargs)
+
+
+def refused(value: bytes, content_type: str | None = JSON, **kwargs: Any) -> DecodeError:
+    with pytest.raises(DecodeError) as info:
+        codec.decode_ingest_event(value, content_type, NOW, **kwargs)
+    return info.value
+
+
+def test_q2_json_event_is_normalised() -> None:
+    raw = b'{"id":"evt_1", "tenant_id":"acme", "type":"invoice.paid", "timestamp":5,\n'
+    raw += b' "data": { "b" : [1, 2],  "a": null }, "extra": "ignored"}'
+    event = codec.decode_ingest_event(raw, JSON, NOW)
+    assert event == Event("evt_1", "acme", "invoice.paid", 5, '{"b":[1,2],"a":null}', NOW)
+
+
+@pytest.mark.parametrize(
+    "content_type", [JSON, "application/json; charset=utf-8", "Application/JSON", None]
+)
+def test_q2_json_is_chosen_by_content_type_or_by_missing_marker(content_type: str | None) -> None:
+    assert ingest(json_event(), content_type).id == "evt_1"
+
+
+def test_q2_published_at_defaults_to_ingest_time() -> None:
+    assert ingest(json_event()).published_at == NOW + 7
+    assert ingest(json_event(published_at=NOW - 3)).published_at == NOW - 3
+
+
+@pytest.mark.parametrize("content_type", [None, "avro/binary", "application/avro"])
+def test_q2_avro_event_is_accepted(content_type: str | None) -> None:
+    event = sample_event(data_json='{ "amount" : 5 }')
+    decoded = codec.decode_ingest_event(codec.encode(event), content_type, NOW)
+    assert decoded == sample_event(data_json='{"amount":5}')
+    unknown_time = codec.encode(sample_event(published_at=0))
+    assert codec.decode_ingest_event(unknown_time, None, NOW + 9).published_at == NOW + 9
+
+
+def test_q2_unsupported_content_type_is_refused() -> None:
+    assert refused(orjson.dumps(json_event()), "text/plain").reason == "unsupported_content_type"
+
+
+def test_q2_avro_event_with_bad_data_json_is_refused() -> None:
+    error = refused(codec.encode(sample_event(data_json="{nope")), None)
+    assert (error.reason, "data_json" in str(error)) == ("invalid_json", True)
+    error = refused(codec.encode(sample_event(data_json="[1]")), None)
+    assert (error.reason, "data_json" in str(error)) == ("invalid_event", True)
+    error = refused(codec.encode(sample_event(tenant_id="acme corp")), None)
+    assert (error.reason, "tenant_id" in str(error)) == ("invalid_event", True)
+
+
+@pytest.mark.parametrize("field", ["id", "tenant_id", "type", "timestamp", "data"])
+@pytest.mark.parametrize("absent", [..., None], ids=["missing", "null"])
+def test_q2_missing_field_is_named(field: str, absent: Any) -> None:
+    error = refused(orjson.dumps(json_event(**{field: absent})))
+    assert error.reason == "invalid_event"
+    assert repr(field) in str(error)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("id", ""),
+        ("id", "e" * 256),
+        ("id", "evt\n1"),
+        ("id", 17),
+        ("tenant_id", ""),
+        ("tenant_id", "acme corp"),
+        ("tenant_id", "t" * 129),
+        ("tenant_id", ["acme"]),
+        ("type", ""),
+        ("type", "invoice paid"),
+        ("type", "invoice/paid"),
+        ("type", "t" * 256),
+        ("timestamp", "yesterday"),
+        ("timestamp", 1.5),
+        ("timestamp", True),
+        ("timestamp", -1),
+        ("timestamp", 2**64 - 1),
+        ("timestamp", "1969-12-31T23:59:59Z"),
+        ("timestamp", {"ms": 5}),
+        ("data", [1, 2]),
+        ("data", "text"),
+        ("data", 3),
+        ("published_at", "soon"),
+        ("published_at", -5),
+    ],
+)
+def test_q2_invalid_field_is_named(field: str, value: Any) -> None:
+    error = refused(orjson.dumps(json_event(**{field: value})))
+    assert error.reason == "invalid_event"
+    assert repr(field) in str(error)
+
+
+def test_q2_limits_are_inclusive() -> None:
+    longest = json_event(id="e" * 255, tenant_id="t" * 128, type="x" * 255)
+    assert ingest(longest).id == "e" * 255
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2024-01-01T00:00:00Z", 1_704_067_200_000),
+        ("2024-01-01T00:00:00.123+00:00", 1_704_067_200_123),
+        ("2024-01-01T02:00:00.5+02:00", 1_704_067_200_500),
+        ("2024-01-01T00:00:00", 1_704_067_200_000),  # no offset: read as UTC
+        ("2024-01-01", 1_704_067_200_000),
+    ],
+)
+def test_q2_iso_timestamps_parse(text: str, expected: int) -> None:
+    assert ingest(json_event(timestamp=text)).timestamp == expected
+
+
+@given(
+    moment=st.datetimes(
+        min_value=datetime(1970, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.builds(
+            timezone, st.timedeltas(min_value=timedelta(hours=-23), max_value=timedelta(hours=23))
+        ),
+    )
+)
+def test_q5_iso_timestamps_parse_to_exact_milliseconds(moment: datetime) -> None:
+    expected = (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+    assert ingest(json_event(timestamp=moment.isoformat())).timestamp == expected
+
+
+def test_f6_oversize_is_refused_for_json_and_avro() -> None:
+    doc = orjson.dumps(json_event())
+    assert codec.decode_ingest_event(doc, JSON, NOW, max_bytes=len(doc)).id == "evt_1"
+    assert refused(doc, max_bytes=len(doc) - 1).reason == "oversize"
+    avro = codec.encode(sample_event())
+    assert refused(avro, None, max_bytes=len(avro) - 1).reason == "oversize"
+    big = orjson.dumps(json_event(data={"blob": "x" * codec.DEFAULT_MAX_EVENT_BYTES}))
+    assert refused(big).reason == "oversize"
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"nul", b'{"id": NaN}', b"\xff\xfe", b'"\\ud800"'])
+def test_q2_invalid_json_is_refused(raw: bytes) -> None:
+    assert refused(raw).reason == "invalid_json"
+
+
+@pytest.mark.parametrize("doc", [[], "event", 5, None, [json_event()]])
+def test_q2_json_that_is_not_an_object_is_refused(doc: Any) -> None:
+    assert refused(orjson.dumps(doc)).reason == "invalid_event"
+
+
+# Valid events, as the JSON round trip promises to keep them.
+tenant_ids = st.from_regex(r"[A-Za-z0-9._-]{1,128}", fullmatch=True)
+event_types = st.from_regex(r"[A-Za-z0-9._-]{1,255}", fullmatch=True)
+event_ids = st.text(min_size=1, max_size=255).filter(str.isprintable)
+millis = st.integers(min_value=0, max_value=253_402_300_799_999)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | doubles | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+json_objects = st.dictionaries(st.text(), json_values, max_size=5)
+
+
+@given(event_ids, tenant_ids, event_types, millis, json_objects, millis.filter(bool))
+def test_q5_json_event_round_trip(
+    event_id: str, tenant: str, kind: str, at: int, data: dict[str, Any], published: int
+) -> None:
+    event = Event(event_id, tenant, kind, at, orjson.dumps(data).decode(), published)
+    wire = codec.encode_json_event(event)
+    assert orjson.loads(wire)["data"] == orjson.loads(event.data_json)
+    assert codec.decode_ingest_event(wire, JSON, NOW) == event
+    assert codec.decode_ingest_event(wire, None, NOW) == event
+    assert codec.decode_ingest_event(codec.encode(event), None, NOW) == event
+
+
+FIELDS = ["id", "tenant_id", "type", "timestamp", "data", "published_at", "other"]
+
+
+@given(
+    content_type=st.sampled_from([None, JSON, "avro/binary", "text/plain"]),
+    value=st.binary(max_size=300)
+    | st.dictionaries(st.sampled_from(FIELDS), json_values).map(orjson.dumps)
+    | json_values.map(orjson.dumps),
+)
+def test_q5_arbitrary_input_is_an_event_or_a_decode_error(
+    content_type: str | None, value: bytes
+) -> None:
+    try:
+        event = codec.decode_ingest_event(value, content_type, NOW, max_bytes=256)
+    except DecodeError as exc:
+        assert exc.reason
+        return
+    assert isinstance(orjson.loads(event.data_json), dict)
+    assert codec.decode(Event, codec.encode(event)) == event
