@@ -46,7 +46,7 @@ def cli() -> None:
 def main() -> None:
     """Console entry point: a HookstreamError becomes one line on stderr and exit code 1."""
     try:
-        cli.main(standalone_mode=False)
+        code = cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
@@ -56,3 +56,5 @@ def main() -> None:
     except HookstreamError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
+    if isinstance(code, int) and code:
+        sys.exit(code)
