@@ -8,6 +8,7 @@ lanes commit positions themselves, only after records are settled (D1).
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -120,3 +121,33 @@ def header(msg: Message, name: str) -> str | None:
         if key.lower() == name and value is not None:
             return value.decode("latin-1") if isinstance(value, bytes) else str(value)
     return None
+
+
+def watermarks(
+    consumer: Consumer, topic: str, timeout_s: float = 30.0
+) -> dict[int, tuple[int, int]]:
+    """(low, high) offsets of every partition of ``topic``.
+
+    Right after a topic is created its partitions may have no leader for a moment; such
+    retriable errors are retried until ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+            if meta is None or meta.error is not None:
+                raise HookstreamError(
+                    f"topic {topic} is missing; run `hookstream topics apply` first"
+                )
+            return {
+                part: consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=10)
+                for part in sorted(meta.partitions)
+            }
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            retriable = isinstance(error, KafkaError) and (
+                error.retriable() or error.code() == KafkaError.NOT_LEADER_FOR_PARTITION
+            )
+            if not retriable or time.monotonic() > deadline:
+                raise KafkaIOError(f"cannot read offsets of {topic}: {exc}") from exc
+            time.sleep(0.2)

@@ -15,7 +15,7 @@ import uuid
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from streams.adapters import codec
-from streams.adapters.kafka_clients import make_consumer, produce
+from streams.adapters.kafka_clients import make_consumer, produce, watermarks
 from streams.domain.filters import SubscriptionIndex
 from streams.domain.models import Subscription, SubscriptionStatus
 from streams.errors import DecodeError, HookstreamError
@@ -80,20 +80,13 @@ class SubscriptionRegistry:
             f"registry-{uuid.uuid4().hex[:8]}",
             **{"enable.partition.eof": False, "fetch.wait.max.ms": 100},
         )
-        metadata = consumer.list_topics(self._topic, timeout=10)
-        topic_meta = metadata.topics.get(self._topic)
-        if topic_meta is None or topic_meta.error is not None:
+        try:
+            marks = watermarks(consumer, self._topic)
+        except HookstreamError:
             consumer.close()
-            raise HookstreamError(
-                f"topic {self._topic} is missing; run `hookstream topics apply` first"
-            )
-        parts = sorted(topic_meta.partitions)
-        for part in parts:
-            _low, high = consumer.get_watermark_offsets(
-                TopicPartition(self._topic, part), timeout=10
-            )
-            if high > 0:
-                self._targets[part] = high
+            raise
+        parts = sorted(marks)
+        self._targets = {part: high for part, (_low, high) in marks.items() if high > 0}
         consumer.assign([TopicPartition(self._topic, p, OFFSET_BEGINNING) for p in parts])
         return consumer
 

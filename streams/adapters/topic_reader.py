@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
-from streams.adapters.kafka_clients import make_consumer
+from streams.adapters.kafka_clients import make_consumer, watermarks
 from streams.errors import HookstreamError
 from streams.settings import Settings
 
@@ -17,14 +17,9 @@ def scan(settings: Settings, topic: str, timeout_s: float = 60.0) -> Iterator[Me
     """Yield every record of ``topic`` present now, partition by partition order interleaved."""
     consumer = make_consumer(settings, f"scan-{uuid.uuid4().hex[:8]}")
     try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None:
-            raise HookstreamError(f"topic {topic} is missing; run `hookstream topics apply`")
-        targets: dict[int, int] = {}
-        for part in meta.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=10)
-            if high > low:
-                targets[part] = high
+        targets = {
+            part: high for part, (low, high) in watermarks(consumer, topic).items() if high > low
+        }
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in targets])
         deadline = time.monotonic() + timeout_s
         while targets:

@@ -53,8 +53,9 @@ class PipelineHarness:
         names = [spec.full_name for spec in topology.topics]
         await asyncio.to_thread(delete_topics, self.settings, names)
 
-    async def subscribe(self, url: str, filters: list[str], tenant: str = "acme",
-                        **extra: Any) -> Subscription:
+    async def subscribe(
+        self, url: str, filters: list[str], tenant: str = "acme", **extra: Any
+    ) -> Subscription:
         data = {"tenant_id": tenant, "url": url, "filters": filters, **extra}
         sub = await asyncio.to_thread(create_subscription, self.settings, data)
         await self.wait_for(lambda: self.pipeline.registry.get(sub.id) is not None, 20)

@@ -48,8 +48,9 @@ async def test_d2_d3_d4_signed_deliveries_verify_with_standardwebhooks(
         assert set(payload) == {"id", "type", "timestamp", "data", "attempt"}
         seen.add(payload["id"])
     assert seen == set(by_id)
-    assert all(delivery_id(e.id, other.id) not in {r.headers["webhook-id"] for r in got}
-               for e in events)
+    assert all(
+        delivery_id(e.id, other.id) not in {r.headers["webhook-id"] for r in got} for e in events
+    )
 
 
 async def test_d6_retries_arrive_on_schedule_never_early_same_webhook_id(

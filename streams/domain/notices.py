@@ -1,0 +1,513 @@
+"""What hookstream tells an endpoint's owner (SPEC H5, H6, R1).
+
+A notice is a plain frozen record of facts: `SuspensionNotice` when a subscription is suspended
+(H5), `EarlyWarningNotice` at N consecutive failures while it is still active (H6),
+`ProbeFailedNotice` when a re-enable probe fails (R1) and `ReenabledNotice` when it comes back.
+None of them has a field that could hold a signing secret, so no rendering can leak one (S5).
+
+Each notice belongs to one episode: the failure episode (its first failure time) for
+suspensions and warnings, the probe time for a failed probe, the re-enable time for a
+re-enable. `notification_id` is a pure function of (kind, subscription, episode), so however
+many workers see the same transition, or however often a message is redelivered, the outbox
+holds one key and the owner gets one message. The email's Message-ID and the notification
+webhook's ``webhook-id`` both derive from it, so even a resend after a crash can be
+recognised as the same message by mail systems and receivers.
+
+Notices travel on the ``notifications`` topic as JSON inside `Notification.payload_json`
+(`to_notification`, `notice_from_notification`). Rendering (`render_email`, `render_webhook`)
+is pure: building an `EmailMessage` does no I/O, and every time shown comes from the notice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import MISSING, dataclass, fields
+from datetime import UTC, datetime
+from email.message import EmailMessage
+from email.utils import format_datetime
+from enum import StrEnum
+from functools import cache
+from typing import Any, ClassVar, get_args, get_type_hints
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import orjson
+
+from streams.domain.envelope import iso_timestamp
+from streams.domain.models import Notification, OutcomeClass
+from streams.errors import DecodeError
+
+__all__ = [
+    "ERROR_EXCERPT_CHARS",
+    "EarlyWarningNotice",
+    "Notice",
+    "NoticeKind",
+    "ProbeFailedNotice",
+    "ReenabledNotice",
+    "SuspensionNotice",
+    "error_excerpt",
+    "message_id",
+    "notice_from_notification",
+    "notice_from_payload",
+    "notice_id",
+    "notification_id",
+    "render_email",
+    "render_webhook",
+    "to_notification",
+    "to_payload",
+]
+
+#: The longest error excerpt a notice carries (H1, H5).
+ERROR_EXCERPT_CHARS = 500
+# Versioned, so a future change of scheme can never collide with ids already sent.
+_ID_DOMAIN = b"hookstream.notification-id.v1\x00"
+_ATOM = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+class NoticeKind(StrEnum):
+    """The kind of a notice: `Notification.kind` and the notification webhook's event type."""
+
+    SUSPENDED = "endpoint.suspended"
+    WARNING = "endpoint.warning"
+    PROBE_FAILED = "endpoint.probe_failed"
+    REENABLED = "endpoint.reenabled"
+
+
+def error_excerpt(text: str | None) -> str | None:
+    """``text`` cut to at most `ERROR_EXCERPT_CHARS` characters, an ellipsis marking the cut."""
+    if text is None or len(text) <= ERROR_EXCERPT_CHARS:
+        return text
+    return text[: ERROR_EXCERPT_CHARS - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _EndpointNotice:
+    """The endpoint a notice is about, and how its owner brings it back."""
+
+    subscription_id: str
+    subscription_name: str
+    tenant_id: str
+    url: str
+
+    @property
+    def reenable_command(self) -> str:
+        """The CLI command that re-enables the subscription."""
+        return f"hookstream subs reenable {shlex.quote(self.subscription_id)}"
+
+    @property
+    def reenable_route(self) -> str:
+        """The admin API call that re-enables the subscription."""
+        return f"POST /v1/subscriptions/{quote(self.subscription_id, safe='')}/reenable"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SuspensionNotice(_EndpointNotice):
+    """H5: the subscription was suspended. ``events_waiting`` will be backfilled on re-enable."""
+
+    KIND: ClassVar[NoticeKind] = NoticeKind.SUSPENDED
+    outcome_class: OutcomeClass
+    failure_count: int
+    first_failure_at: int
+    suspended_at: int
+    events_waiting: int
+    retention_s: float
+    last_status: int | None = None
+    last_error: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "last_error", error_excerpt(self.last_error))
+
+    @property
+    def episode(self) -> int:
+        return self.first_failure_at
+
+    @property
+    def at(self) -> int:
+        return self.suspended_at
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EarlyWarningNotice(_EndpointNotice):
+    """H6: N consecutive failures; still active. The suspension threshold, when known."""
+
+    KIND: ClassVar[NoticeKind] = NoticeKind.WARNING
+    outcome_class: OutcomeClass
+    failure_count: int
+    first_failure_at: int
+    warned_at: int
+    last_status: int | None = None
+    last_error: str | None = None
+    suspend_count: int | None = None
+    suspend_after_s: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "last_error", error_excerpt(self.last_error))
+
+    @property
+    def episode(self) -> int:
+        return self.first_failure_at
+
+    @property
+    def at(self) -> int:
+        return self.warned_at
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeFailedNotice(_EndpointNotice):
+    """R1: the re-enable probe failed, so the subscription stays suspended."""
+
+    KIND: ClassVar[NoticeKind] = NoticeKind.PROBE_FAILED
+    probed_at: int
+    outcome_class: OutcomeClass
+    retention_s: float
+    probe_status: int | None = None
+    probe_error: str | None = None
+    suspended_at: int | None = None
+    events_waiting: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "probe_error", error_excerpt(self.probe_error))
+
+    @property
+    def episode(self) -> int:
+        return self.probed_at
+
+    @property
+    def at(self) -> int:
+        return self.probed_at
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReenabledNotice(_EndpointNotice):
+    """R1, R2: the probe succeeded; the subscription is active and the backfill has started."""
+
+    KIND: ClassVar[NoticeKind] = NoticeKind.REENABLED
+    reenabled_at: int
+    suspended_at: int | None = None
+    backfill_total: int = 0
+
+    @property
+    def episode(self) -> int:
+        return self.reenabled_at
+
+    @property
+    def at(self) -> int:
+        return self.reenabled_at
+
+
+Notice = SuspensionNotice | EarlyWarningNotice | ProbeFailedNotice | ReenabledNotice
+_BY_KIND: dict[str, type[Notice]] = {
+    cls.KIND.value: cls
+    for cls in (SuspensionNotice, EarlyWarningNotice, ProbeFailedNotice, ReenabledNotice)
+}
+
+
+# --- identity ----------------------------------------------------------------------------------
+
+
+def _field(text: str) -> bytes:
+    raw = text.encode("utf-8", "surrogatepass")
+    return len(raw).to_bytes(8, "big") + raw
+
+
+def notification_id(kind: str, subscription_id: str, episode: int | str) -> str:
+    """The de-duplication key of one notice: ``ntf_`` and 40 hex digits.
+
+    One per (kind, subscription, episode); ``episode`` 5 and ``"5"`` are the same episode.
+    """
+    digest = hashlib.sha256(
+        _ID_DOMAIN + _field(kind) + _field(subscription_id) + _field(str(episode))
+    ).digest()
+    return "ntf_" + digest[:20].hex()
+
+
+def message_id(notification_id: str, domain: str = "hookstream.local") -> str:
+    """The email Message-ID of a notification, the same every time it is (re)sent."""
+    if not _ATOM.fullmatch(notification_id) or not _ATOM.fullmatch(domain):
+        raise ValueError("a Message-ID needs a plain notification id and domain")
+    return f"<{notification_id}@{domain}>"
+
+
+def notice_id(notice: Notice) -> str:
+    """The notification id of ``notice``."""
+    return notification_id(notice.KIND, notice.subscription_id, notice.episode)
+
+
+# --- the outbox payload ------------------------------------------------------------------------
+
+
+def to_payload(notice: Notice) -> str:
+    """``notice`` as the JSON text kept in `Notification.payload_json`."""
+    values = {f.name: getattr(notice, f.name) for f in fields(notice)}
+    return orjson.dumps(values).decode("utf-8")
+
+
+@cache
+def _hints(cls: type[Notice]) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def _accepts(hint: Any, value: object) -> bool:
+    for option in get_args(hint) or (hint,):
+        if option is type(None) and value is None:
+            return True
+        if isinstance(value, bool):
+            continue  # JSON true/false is never a count, a time or a name
+        if option is OutcomeClass and value in OutcomeClass.__members__.values():
+            return True
+        if option is float and isinstance(value, int | float):
+            return True
+        if option in (int, str) and isinstance(value, option):
+            return True
+    return False
+
+
+def notice_from_payload(kind: str, payload_json: str) -> Notice:
+    """The notice of ``kind`` kept in ``payload_json``. Raises DecodeError when it is not one."""
+    cls = _BY_KIND.get(kind)
+    if cls is None:
+        raise DecodeError("bad_notification", f"unknown notification kind {kind!r}")
+    try:
+        data = orjson.loads(payload_json)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError("bad_notification", "the payload is not JSON") from exc
+    if not isinstance(data, dict):
+        raise DecodeError("bad_notification", "the payload is not a JSON object")
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in data:
+            if f.default is MISSING:
+                raise DecodeError("bad_notification", f"{kind} payload lacks {f.name!r}")
+            continue
+        if not _accepts(_hints(cls)[f.name], data[f.name]):
+            raise DecodeError("bad_notification", f"{kind} payload has a bad {f.name!r}")
+        values[f.name] = data[f.name]
+    if "outcome_class" in values:
+        values["outcome_class"] = OutcomeClass(values["outcome_class"])
+    return cls(**values)
+
+
+def to_notification(notice: Notice, recipients: Sequence[str]) -> Notification:
+    """The outbox record for ``notice``, keyed by its notification id."""
+    return Notification(
+        notification_id=notice_id(notice),
+        subscription_id=notice.subscription_id,
+        kind=notice.KIND.value,
+        at=notice.at,
+        payload_json=to_payload(notice),
+        recipients=tuple(recipients),
+    )
+
+
+def notice_from_notification(notification: Notification) -> Notice:
+    """The notice inside an outbox record. Raises DecodeError when it holds none."""
+    return notice_from_payload(notification.kind, notification.payload_json)
+
+
+# --- the notification webhook -------------------------------------------------------------------
+
+
+def render_webhook(notice: Notice) -> bytes:
+    """The notification webhook body: ``{"id", "type", "timestamp", "data"}`` as compact JSON.
+
+    ``id`` is the notification id, ``type`` the notice kind; times in ``data`` are ISO-8601 UTC.
+    """
+    data: dict[str, Any] = {}
+    for f in fields(notice):
+        value = getattr(notice, f.name)
+        is_time = f.name.endswith("_at") and isinstance(value, int)
+        data[f.name] = iso_timestamp(value) if is_time else value
+    data["reenable"] = {"command": notice.reenable_command, "api": notice.reenable_route}
+    envelope = {
+        "id": notice_id(notice),
+        "type": notice.KIND.value,
+        "timestamp": iso_timestamp(notice.at),
+        "data": data,
+    }
+    return orjson.dumps(envelope)
+
+
+# --- email --------------------------------------------------------------------------------------
+
+_CLASS_MEANING = {
+    OutcomeClass.RETRYABLE: "timeouts, refused or reset connections, or 408/429/5xx answers",
+    OutcomeClass.PERMANENT: "answers such as 4xx or 3xx, or an invalid TLS certificate",
+    OutcomeClass.FATAL: "the endpoint's host name no longer exists",
+    OutcomeClass.SUCCESS: "no failure",
+}
+
+
+def _one_line(text: str) -> str:
+    return _CONTROL.sub(" ", text).strip()
+
+
+def _shown_url(url: str) -> str:
+    """The URL without a password in its user info, should an owner have put one there."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            count = round(seconds / size, 1)
+            text = f"{count:g} {unit}"
+            return text if count == 1 else text + "s"
+    return f"{seconds:g} seconds"
+
+
+def _status(status: int | None) -> str:
+    return "no HTTP response" if status is None else f"HTTP {status}"
+
+
+def _facts(notice: Notice) -> list[str]:
+    name = _one_line(notice.subscription_name)
+    return [
+        f"Endpoint:        {_shown_url(notice.url)}",
+        f"Subscription:    {name} ({notice.subscription_id})",
+        f"Tenant:          {notice.tenant_id}",
+    ]
+
+
+def _failures(notice: SuspensionNotice | EarlyWarningNotice) -> list[str]:
+    cls = notice.outcome_class
+    return [
+        f"Failures:        {notice.failure_count} consecutive {cls.value} failures "
+        f"({_CLASS_MEANING[cls]})",
+        f"Failing since:   {iso_timestamp(notice.first_failure_at)}",
+        f"Last status:     {_status(notice.last_status)}",
+        f"Last error:      {_one_line(notice.last_error or 'none recorded')}",
+    ]
+
+
+def _how_to_reenable(notice: Notice) -> list[str]:
+    return [
+        "",
+        "How to re-enable it",
+        "  1. Fix the endpoint so that it answers deliveries with a 2xx status.",
+        "  2. Re-enable the subscription with the hookstream CLI:",
+        f"         {notice.reenable_command}",
+        "     or with the admin API:",
+        f"         {notice.reenable_route}",
+        "  hookstream first sends one signed endpoint.probe delivery. If it succeeds, the",
+        "  subscription becomes active and the missed events are delivered again, paced. If it",
+        "  fails, the subscription stays suspended and you are told why.",
+    ]
+
+
+def _backlog(waiting: int, retention_s: float, suspended_at: int | None) -> list[str]:
+    lines = [
+        "",
+        f"Events waiting for backfill: {waiting}",
+        f"hookstream keeps events for {_duration(retention_s)} (its retention window). Events",
+        "that arrive while the subscription is suspended are kept too, and are delivered when",
+        "you re-enable it. Events older than the retention window are no longer backfilled.",
+    ]
+    if suspended_at is not None:
+        deadline = iso_timestamp(suspended_at + round(retention_s * 1000))
+        lines.append(f"Re-enable before {deadline} to receive every event it missed.")
+    return lines
+
+
+def _suspended(n: SuspensionNotice) -> tuple[str, list[str]]:
+    intro = [
+        f'hookstream suspended the webhook subscription "{_one_line(n.subscription_name)}"',
+        "because its endpoint kept failing. No new deliveries are attempted until you re-enable",
+        "it. Nothing is lost.",
+        "",
+    ]
+    suspended = [f"Suspended at:    {iso_timestamp(n.suspended_at)}"]
+    body = intro + _facts(n) + _failures(n) + suspended
+    body += _backlog(n.events_waiting, n.retention_s, n.suspended_at) + _how_to_reenable(n)
+    return "Endpoint suspended", body
+
+
+def _warning(n: EarlyWarningNotice) -> tuple[str, list[str]]:
+    intro = [
+        "Deliveries to your webhook endpoint keep failing. The subscription is still active and",
+        "hookstream keeps retrying; the next successful delivery ends this warning.",
+        "",
+    ]
+    body = intro + _facts(n) + _failures(n)
+    if n.suspend_count is not None:
+        after = f"{n.suspend_count} consecutive {n.outcome_class.value} failures"
+        if n.suspend_after_s is not None:
+            after += f" spanning at least {_duration(n.suspend_after_s)}"
+        body += ["", f"If the failures go on, hookstream suspends the subscription after {after}."]
+    return "Endpoint failing", body
+
+
+def _probe_failed(n: ProbeFailedNotice) -> tuple[str, list[str]]:
+    intro = [
+        "hookstream tried to re-enable your webhook subscription, but the probe delivery (one",
+        "signed endpoint.probe event) failed. The subscription stays suspended",
+        "(reason reenable_probe_failed).",
+        "",
+    ]
+    probe = [
+        f"Probe sent at:   {iso_timestamp(n.probed_at)}",
+        f"Probe result:    {n.outcome_class.value} ({_CLASS_MEANING[n.outcome_class]})",
+        f"Probe status:    {_status(n.probe_status)}",
+        f"Probe error:     {_one_line(n.probe_error or 'none recorded')}",
+    ]
+    body = intro + _facts(n) + probe + _backlog(n.events_waiting, n.retention_s, n.suspended_at)
+    return "Re-enable failed", body + _how_to_reenable(n)
+
+
+def _reenabled(n: ReenabledNotice) -> tuple[str, list[str]]:
+    body = [
+        "Your webhook subscription answered hookstream's probe and is active again.",
+        "",
+        *_facts(n),
+        f"Re-enabled at:   {iso_timestamp(n.reenabled_at)}",
+        f"Backfill:        {n.backfill_total} missed events are being delivered, paced.",
+    ]
+    return "Endpoint re-enabled", body
+
+
+def _compose(notice: Notice) -> tuple[str, list[str]]:
+    if isinstance(notice, SuspensionNotice):
+        return _suspended(notice)
+    if isinstance(notice, EarlyWarningNotice):
+        return _warning(notice)
+    if isinstance(notice, ProbeFailedNotice):
+        return _probe_failed(notice)
+    return _reenabled(notice)
+
+
+def render_email(
+    notice: Notice,
+    *,
+    sender: str,
+    recipients: Sequence[str],
+    message_domain: str = "hookstream.local",
+) -> EmailMessage:
+    """The plain-text email telling ``recipients`` about ``notice``.
+
+    Message-ID and Date come from the notice alone, so a resend is byte-for-byte the same
+    message. ``Auto-Submitted`` keeps vacation responders from answering it.
+    """
+    if not recipients:
+        raise ValueError("an email needs at least one recipient")
+    ntf_id = notice_id(notice)
+    headline, lines = _compose(notice)
+    name = _one_line(notice.subscription_name)
+    lines += ["", "-- ", f"hookstream notification {ntf_id}"]
+    message = EmailMessage()
+    message["Subject"] = f"[hookstream] {headline}: {name} ({_one_line(_shown_url(notice.url))})"
+    message["From"] = sender
+    message["To"] = ", ".join(recipients)
+    message["Date"] = format_datetime(datetime.fromtimestamp(notice.at / 1000, tz=UTC))
+    message["Message-ID"] = message_id(ntf_id, message_domain)
+    message["Auto-Submitted"] = "auto-generated"
+    message["X-Hookstream-Subscription"] = _one_line(notice.subscription_id)
+    message["X-Hookstream-Notification-Id"] = ntf_id
+    message["X-Hookstream-Notice"] = notice.KIND.value
+    message.set_content("\n".join(lines) + "\n")
+    return message
