@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "deliveries": "streams.cli.ledger:deliveries",
     "dlq": "streams.cli.ledger:dlq",
     "demo": "streams.cli.demo:demo",
+    "config": "streams.cli.config:config",
 }
 
 

@@ -1,0 +1,74 @@
+"""X5: one typed settings object, validated, errors that name the setting, docs kept true."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from streams.errors import ConfigError
+from streams.settings import load_settings, settings_reference
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests read the process environment: start each from none of our variables."""
+    for name in list(os.environ):
+        if name.startswith("HOOKSTREAM_"):
+            monkeypatch.delenv(name)
+
+
+def test_x5_defaults_follow_the_spec() -> None:
+    settings = load_settings()
+    assert settings.kafka_bootstrap == "127.0.0.1:9092"
+    assert settings.topic_prefix == "hookstream."
+    assert settings.retry_schedule == (60.0, 300.0, 1800.0, 7200.0)
+    assert settings.retry_window == 86400.0
+    assert settings.topic("routed") == "hookstream.routed"
+
+
+def test_x5_environment_is_read_with_the_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOOKSTREAM_RETRY_SCHEDULE", "1s, 2s,4s")
+    monkeypatch.setenv("HOOKSTREAM_WEB_PORT", "7000")
+    settings = load_settings()
+    assert settings.retry_schedule == (1.0, 2.0, 4.0)
+    assert settings.web_port == 7000
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("HOOKSTREAM_WEB_PORT", "nope"),
+        ("HOOKSTREAM_WEB_PORT", "70000"),
+        ("HOOKSTREAM_RETRY_SCHEDULE", "5m,1m"),
+        ("HOOKSTREAM_RETRY_SCHEDULE", "1m,soon"),
+        ("HOOKSTREAM_TOPIC_PREFIX", "bad prefix"),
+        ("HOOKSTREAM_LOG_LEVEL", "LOUD"),
+    ],
+)
+def test_x5_bad_values_name_the_setting(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert caught.value.setting == variable
+
+
+def test_x5_settings_are_frozen() -> None:
+    settings = load_settings()
+    with pytest.raises(Exception, match="frozen"):
+        settings.web_port = 1  # type: ignore[misc]
+
+
+def test_x5_secrets_are_masked() -> None:
+    settings = load_settings(admin_token="very-secret-token")
+    assert "very-secret-token" not in repr(settings)
+    assert "very-secret-token" not in str(settings.model_dump())
+
+
+def test_x5_configuration_doc_is_generated_from_the_fields() -> None:
+    assert DOC.read_text() == settings_reference(), "run: hookstream config settings --markdown"
