@@ -16,7 +16,7 @@ import pytest
 
 from streams.settings import Settings, load_settings
 
-pytest_plugins = ["tests.receivers"]  # the `receiver_factory` fixture: real local HTTP servers
+pytest_plugins = ["tests.receivers", "tests.smtp_server"]  # real local HTTP and SMTP servers
 
 BOOTSTRAP = os.environ.get("HOOKSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 REPO = Path(__file__).resolve().parent.parent

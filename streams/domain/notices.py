@@ -23,13 +23,13 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+import textwrap
 from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, fields
 from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.utils import format_datetime
 from enum import StrEnum
-from functools import cache
 from typing import Any, ClassVar, get_args, get_type_hints
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -65,6 +65,7 @@ ERROR_EXCERPT_CHARS = 500
 _ID_DOMAIN = b"hookstream.notification-id.v1\x00"
 _ATOM = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+_WIDTH = 72  # prose is wrapped to this many characters
 
 
 class NoticeKind(StrEnum):
@@ -91,6 +92,21 @@ class _EndpointNotice:
     subscription_name: str
     tenant_id: str
     url: str
+    # The names of the fields that hold the notice's episode and its own time.
+    _EPISODE: ClassVar[str]
+    _AT: ClassVar[str]
+
+    @property
+    def episode(self) -> int:
+        """What makes this notice one of a kind for its subscription (see `notice_id`)."""
+        value: int = getattr(self, self._EPISODE)
+        return value
+
+    @property
+    def at(self) -> int:
+        """When the notice's event happened, ms: its email Date and webhook timestamp."""
+        value: int = getattr(self, self._AT)
+        return value
 
     @property
     def reenable_command(self) -> str:
@@ -108,6 +124,8 @@ class SuspensionNotice(_EndpointNotice):
     """H5: the subscription was suspended. ``events_waiting`` will be backfilled on re-enable."""
 
     KIND: ClassVar[NoticeKind] = NoticeKind.SUSPENDED
+    _EPISODE: ClassVar[str] = "first_failure_at"
+    _AT: ClassVar[str] = "suspended_at"
     outcome_class: OutcomeClass
     failure_count: int
     first_failure_at: int
@@ -120,20 +138,14 @@ class SuspensionNotice(_EndpointNotice):
     def __post_init__(self) -> None:
         object.__setattr__(self, "last_error", error_excerpt(self.last_error))
 
-    @property
-    def episode(self) -> int:
-        return self.first_failure_at
-
-    @property
-    def at(self) -> int:
-        return self.suspended_at
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EarlyWarningNotice(_EndpointNotice):
     """H6: N consecutive failures; still active. The suspension threshold, when known."""
 
     KIND: ClassVar[NoticeKind] = NoticeKind.WARNING
+    _EPISODE: ClassVar[str] = "first_failure_at"
+    _AT: ClassVar[str] = "warned_at"
     outcome_class: OutcomeClass
     failure_count: int
     first_failure_at: int
@@ -146,20 +158,14 @@ class EarlyWarningNotice(_EndpointNotice):
     def __post_init__(self) -> None:
         object.__setattr__(self, "last_error", error_excerpt(self.last_error))
 
-    @property
-    def episode(self) -> int:
-        return self.first_failure_at
-
-    @property
-    def at(self) -> int:
-        return self.warned_at
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProbeFailedNotice(_EndpointNotice):
     """R1: the re-enable probe failed, so the subscription stays suspended."""
 
     KIND: ClassVar[NoticeKind] = NoticeKind.PROBE_FAILED
+    _EPISODE: ClassVar[str] = "probed_at"
+    _AT: ClassVar[str] = "probed_at"
     probed_at: int
     outcome_class: OutcomeClass
     retention_s: float
@@ -171,31 +177,17 @@ class ProbeFailedNotice(_EndpointNotice):
     def __post_init__(self) -> None:
         object.__setattr__(self, "probe_error", error_excerpt(self.probe_error))
 
-    @property
-    def episode(self) -> int:
-        return self.probed_at
-
-    @property
-    def at(self) -> int:
-        return self.probed_at
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReenabledNotice(_EndpointNotice):
     """R1, R2: the probe succeeded; the subscription is active and the backfill has started."""
 
     KIND: ClassVar[NoticeKind] = NoticeKind.REENABLED
+    _EPISODE: ClassVar[str] = "reenabled_at"
+    _AT: ClassVar[str] = "reenabled_at"
     reenabled_at: int
     suspended_at: int | None = None
     backfill_total: int = 0
-
-    @property
-    def episode(self) -> int:
-        return self.reenabled_at
-
-    @property
-    def at(self) -> int:
-        return self.reenabled_at
 
 
 Notice = SuspensionNotice | EarlyWarningNotice | ProbeFailedNotice | ReenabledNotice
@@ -245,11 +237,6 @@ def to_payload(notice: Notice) -> str:
     return orjson.dumps(values).decode("utf-8")
 
 
-@cache
-def _hints(cls: type[Notice]) -> dict[str, Any]:
-    return get_type_hints(cls)
-
-
 def _accepts(hint: Any, value: object) -> bool:
     for option in get_args(hint) or (hint,):
         if option is type(None) and value is None:
@@ -277,12 +264,13 @@ def notice_from_payload(kind: str, payload_json: str) -> Notice:
     if not isinstance(data, dict):
         raise DecodeError("bad_notification", "the payload is not a JSON object")
     values: dict[str, Any] = {}
+    hints = get_type_hints(cls)
     for f in fields(cls):
         if f.name not in data:
             if f.default is MISSING:
                 raise DecodeError("bad_notification", f"{kind} payload lacks {f.name!r}")
             continue
-        if not _accepts(_hints(cls)[f.name], data[f.name]):
+        if not _accepts(hints[f.name], data[f.name]):
             raise DecodeError("bad_notification", f"{kind} payload has a bad {f.name!r}")
         values[f.name] = data[f.name]
     if "outcome_class" in values:
@@ -386,83 +374,90 @@ def _failures(notice: SuspensionNotice | EarlyWarningNotice) -> list[str]:
     ]
 
 
+def _para(*sentences: str) -> list[str]:
+    """A blank line, then the sentences as one paragraph wrapped for a mail client."""
+    return ["", textwrap.fill(" ".join(sentences), _WIDTH)]
+
+
 def _how_to_reenable(notice: Notice) -> list[str]:
     return [
-        "",
-        "How to re-enable it",
-        "  1. Fix the endpoint so that it answers deliveries with a 2xx status.",
-        "  2. Re-enable the subscription with the hookstream CLI:",
-        f"         {notice.reenable_command}",
-        "     or with the admin API:",
-        f"         {notice.reenable_route}",
-        "  hookstream first sends one signed endpoint.probe delivery. If it succeeds, the",
-        "  subscription becomes active and the missed events are delivered again, paced. If it",
-        "  fails, the subscription stays suspended and you are told why.",
+        *_para("How to re-enable it: fix the endpoint so that it answers with a 2xx status,"),
+        "then re-enable the subscription with the hookstream CLI:",
+        f"    {notice.reenable_command}",
+        "or with the admin API:",
+        f"    {notice.reenable_route}",
+        *_para(
+            "hookstream first sends one signed endpoint.probe delivery. If it succeeds, the",
+            "subscription becomes active and the missed events are delivered again, paced.",
+            "If it fails, the subscription stays suspended and you are told why.",
+        ),
     ]
 
 
 def _backlog(waiting: int, retention_s: float, suspended_at: int | None) -> list[str]:
-    lines = [
+    deadline = ""
+    if suspended_at is not None:
+        limit = iso_timestamp(suspended_at + round(retention_s * 1000))
+        deadline = f"Re-enable before {limit} to receive every event it missed."
+    return [
         "",
         f"Events waiting for backfill: {waiting}",
-        f"hookstream keeps events for {_duration(retention_s)} (its retention window). Events",
-        "that arrive while the subscription is suspended are kept too, and are delivered when",
-        "you re-enable it. Events older than the retention window are no longer backfilled.",
+        *_para(
+            f"hookstream keeps events for {_duration(retention_s)} (its retention window).",
+            "Events that arrive while the subscription is suspended are kept too, and are",
+            "delivered when you re-enable it. Events older than the retention window are no",
+            f"longer backfilled. {deadline}",
+        ),
     ]
-    if suspended_at is not None:
-        deadline = iso_timestamp(suspended_at + round(retention_s * 1000))
-        lines.append(f"Re-enable before {deadline} to receive every event it missed.")
-    return lines
 
 
 def _suspended(n: SuspensionNotice) -> tuple[str, list[str]]:
-    intro = [
+    intro = _para(
         f'hookstream suspended the webhook subscription "{_one_line(n.subscription_name)}"',
-        "because its endpoint kept failing. No new deliveries are attempted until you re-enable",
-        "it. Nothing is lost.",
-        "",
-    ]
+        "because its endpoint kept failing. No new deliveries are attempted until you",
+        "re-enable it. Nothing is lost.",
+    )
     suspended = [f"Suspended at:    {iso_timestamp(n.suspended_at)}"]
-    body = intro + _facts(n) + _failures(n) + suspended
+    body = [*intro, "", *_facts(n), *_failures(n), *suspended]
     body += _backlog(n.events_waiting, n.retention_s, n.suspended_at) + _how_to_reenable(n)
     return "Endpoint suspended", body
 
 
 def _warning(n: EarlyWarningNotice) -> tuple[str, list[str]]:
-    intro = [
-        "Deliveries to your webhook endpoint keep failing. The subscription is still active and",
-        "hookstream keeps retrying; the next successful delivery ends this warning.",
-        "",
-    ]
-    body = intro + _facts(n) + _failures(n)
+    intro = _para(
+        "Deliveries to your webhook endpoint keep failing. The subscription is still active",
+        "and hookstream keeps retrying; the next successful delivery ends this warning.",
+    )
+    body = [*intro, "", *_facts(n), *_failures(n)]
     if n.suspend_count is not None:
         after = f"{n.suspend_count} consecutive {n.outcome_class.value} failures"
         if n.suspend_after_s is not None:
             after += f" spanning at least {_duration(n.suspend_after_s)}"
-        body += ["", f"If the failures go on, hookstream suspends the subscription after {after}."]
+        body += _para(f"If the failures go on, hookstream suspends the subscription after {after}.")
     return "Endpoint failing", body
 
 
 def _probe_failed(n: ProbeFailedNotice) -> tuple[str, list[str]]:
-    intro = [
-        "hookstream tried to re-enable your webhook subscription, but the probe delivery (one",
-        "signed endpoint.probe event) failed. The subscription stays suspended",
+    intro = _para(
+        "hookstream tried to re-enable your webhook subscription, but the probe delivery",
+        "(one signed endpoint.probe event) failed. The subscription stays suspended",
         "(reason reenable_probe_failed).",
-        "",
-    ]
+    )
     probe = [
         f"Probe sent at:   {iso_timestamp(n.probed_at)}",
         f"Probe result:    {n.outcome_class.value} ({_CLASS_MEANING[n.outcome_class]})",
         f"Probe status:    {_status(n.probe_status)}",
         f"Probe error:     {_one_line(n.probe_error or 'none recorded')}",
     ]
-    body = intro + _facts(n) + probe + _backlog(n.events_waiting, n.retention_s, n.suspended_at)
-    return "Re-enable failed", body + _how_to_reenable(n)
+    body = [*intro, "", *_facts(n), *probe]
+    body += _backlog(n.events_waiting, n.retention_s, n.suspended_at) + _how_to_reenable(n)
+    return "Re-enable failed", body
 
 
 def _reenabled(n: ReenabledNotice) -> tuple[str, list[str]]:
+    intro = _para("Your webhook subscription answered hookstream's probe and is active again.")
     body = [
-        "Your webhook subscription answered hookstream's probe and is active again.",
+        *intro,
         "",
         *_facts(n),
         f"Re-enabled at:   {iso_timestamp(n.reenabled_at)}",
@@ -498,7 +493,7 @@ def render_email(
     ntf_id = notice_id(notice)
     headline, lines = _compose(notice)
     name = _one_line(notice.subscription_name)
-    lines += ["", "-- ", f"hookstream notification {ntf_id}"]
+    lines = [*lines[1:], "", "-- ", f"hookstream notification {ntf_id}"]
     message = EmailMessage()
     message["Subject"] = f"[hookstream] {headline}: {name} ({_one_line(_shown_url(notice.url))})"
     message["From"] = sender
