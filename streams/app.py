@@ -24,15 +24,25 @@ from typing import Any, Final, cast
 import faust
 from faust.tables.manager import TableManager
 
+from streams.adapters.lag import lag_component
+from streams.agents.health import health_component
+from streams.agents.notifier import notifier_component
 from streams.agents.pipeline import pipeline_component
 from streams.logging import configure_logging
+from streams.metrics import metrics_component
 from streams.settings import Settings
 
 #: Registers a part of the product on the app: agents, tables, tasks, services or web views.
 Component = Callable[[faust.App, Settings], None]
 
 #: What `hookstream worker` runs. Each agent module adds its register function here.
-DEFAULT_COMPONENTS: list[Component] = [pipeline_component]
+DEFAULT_COMPONENTS: list[Component] = [
+    pipeline_component,
+    metrics_component,
+    health_component,
+    notifier_component,
+    lag_component,
+]
 
 MIB: Final = 1024 * 1024
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Message, Producer
 
+from streams import metrics
 from streams.adapters import codec
 from streams.adapters.kafka_clients import (
     ProduceTracker,
@@ -53,8 +54,11 @@ class Router:
         self.routed_count = 0
         self.invalid_count = 0
 
-    def route(self, msg: Message) -> None:
-        """Archive one ingest record and fan it out; dead-letter it if it is malformed."""
+    def route(self, msg: Message) -> int:
+        """Archive one ingest record and fan it out; dead-letter it if it is malformed.
+
+        Returns the number of deliveries created, or -1 for a dead-lettered record.
+        """
         now_ms = int(self._clock() * 1000)
         value = msg.value() or b""
         try:
@@ -66,7 +70,7 @@ class Router:
             )
         except DecodeError as exc:
             self._dead_letter(msg, value, exc, now_ms)
-            return
+            return -1
         produce(
             self._producer,
             self._archive,
@@ -74,8 +78,10 @@ class Router:
             codec.encode(event),
             on_delivery=self._tracker,
         )
-        for sub in self._registry.match(event.tenant_id, event.type):
+        matched = self._registry.match(event.tenant_id, event.type)
+        for sub in matched:
             self._emit(event, sub.id, now_ms)
+        return len(matched)
 
     def _emit(self, event: Event, subscription_id: str, now_ms: int) -> None:
         delivery = Delivery(
@@ -98,6 +104,8 @@ class Router:
 
     def _dead_letter(self, msg: Message, value: bytes, exc: DecodeError, now_ms: int) -> None:
         self.invalid_count += 1
+        metrics.record_invalid_event(exc.reason)
+        metrics.record_dead_letter(exc.reason)
         key = msg.key()
         tenant = key.decode("utf-8", errors="replace") if key else None
         log.warning("invalid event dead-lettered", extra={"reason": exc.reason, "error": str(exc)})
@@ -128,15 +136,20 @@ class Router:
                     None, consumer.consume, self._settings.dispatch_batch_size, 0.1
                 )
                 positions: dict[tuple[str, int], int] = {}
+                events = deliveries = 0
                 for msg in msgs:
                     if msg.error() is not None:
                         log.warning("router consumer error: %s", msg.error())
                         continue
-                    self.route(msg)
+                    created = self.route(msg)
+                    if created >= 0:
+                        events += 1
+                        deliveries += created
                     topic, part, offset = coordinates(msg)
                     positions[(topic, part)] = offset + 1
                 if positions:
                     await flush(self._producer, self._tracker)
                     await loop.run_in_executor(None, commit, consumer, positions)
+                    metrics.record_routed(events, deliveries)
         finally:
             await loop.run_in_executor(None, consumer.close)

@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "dlq": "streams.cli.ledger:dlq",
     "demo": "streams.cli.demo:demo",
     "config": "streams.cli.config:config",
+    "lag": "streams.cli.lag:lag",
 }
 
 

@@ -1,0 +1,352 @@
+"""Consumer lag of hookstream's consumer groups, measured with Kafka's admin API (SPEC O1).
+
+Which groups: the Faust app group (``<group_id>``) and every ``<group_id>-<lane>`` group that
+exists on the broker (``-router``, ``-dispatch`` and any lane added later).
+
+**Record lag** per partition is the high watermark minus the group's committed offset. A
+partition the group consumes but never committed, or whose commit fell below the log start
+(retention deleted those records), counts from the log start, because hookstream's consumers
+start from the earliest record. Cost per measurement: one ListGroups, one DescribeGroups, one
+OffsetFetch per group and two ListOffsets requests (log start and end) for all partitions.
+
+**Time lag** per (group, topic) is the age of the oldest record the group has not committed:
+now minus the timestamp of the record at the committed offset, the largest over the topic's
+lagging partitions, and 0 when nothing lags. A short-lived consumer that joins no group and
+commits nothing fetches exactly that one record per lagging partition. This costs one fetch per
+lagging partition, so it is bounded: at most ``max_age_probes`` partitions (largest lag first)
+and ``age_timeout_s`` seconds per measurement; a topic whose lagging partitions could not be
+read gets no time-lag value in that round.
+
+On a retry tier, committed offsets trail by design: the dispatcher holds each retry record
+until it is due and commits it once it is settled, so a tier's time lag normally stays below
+its delay plus the jitter. docs/observability.md explains how the alerts account for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    TopicPartition,
+)
+
+# confluent-kafka re-exports these from private modules without listing them in __all__
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+
+from streams import metrics
+from streams.adapters.kafka_admin import load_topology
+from streams.adapters.kafka_clients import KafkaIOError
+from streams.domain.durations import format_duration
+from streams.settings import Settings
+
+if TYPE_CHECKING:
+    import faust
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_S = 15.0
+#: librdkafka's value for "this partition has no committed offset".
+_NO_OFFSET = -1001
+
+TP = tuple[str, int]
+_EARLIEST = OffsetSpec.earliest()  # type: ignore[no-untyped-call]  # unannotated in the library
+_LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """One partition as one consumer group sees it."""
+
+    group: str
+    topic: str
+    partition: int
+    committed: int | None  # None: the group never committed this partition
+    low: int  # log start offset
+    high: int  # high watermark (log end offset)
+    oldest_timestamp_ms: int | None = None  # timestamp of the record at `position`, if read
+
+    @property
+    def position(self) -> int:
+        """Where the group resumes: its commit, clamped into the log (earliest when none)."""
+        if self.committed is None or self.committed < self.low:
+            return self.low
+        return min(self.committed, self.high)
+
+    @property
+    def lag(self) -> int:
+        return self.high - self.position
+
+
+@dataclass(frozen=True, slots=True)
+class TopicLag:
+    """One topic as one consumer group sees it: summed records, the oldest record's age."""
+
+    group: str
+    topic: str
+    partitions: int
+    lag: int
+    age_s: float | None  # None: lagging, but no lagging partition could be read this round
+
+
+@dataclass(frozen=True, slots=True)
+class LagReport:
+    taken_at: float  # unix seconds
+    partitions: tuple[PartitionLag, ...]
+
+    def topics(self) -> list[TopicLag]:
+        """Per (group, topic) totals, sorted by group then topic."""
+        grouped: dict[tuple[str, str], list[PartitionLag]] = {}
+        for part in self.partitions:
+            grouped.setdefault((part.group, part.topic), []).append(part)
+        return [
+            TopicLag(group, topic, len(parts), sum(p.lag for p in parts), self._age(parts))
+            for (group, topic), parts in sorted(grouped.items())
+        ]
+
+    def _age(self, parts: list[PartitionLag]) -> float | None:
+        lagging = [p for p in parts if p.lag > 0]
+        if not lagging:
+            return 0.0
+        stamps = [p.oldest_timestamp_ms for p in lagging if p.oldest_timestamp_ms is not None]
+        if not stamps:
+            return None
+        return max(0.0, self.taken_at - min(stamps) / 1000)
+
+
+def hookstream_groups(group_id: str, names: Iterable[str]) -> list[str]:
+    """The groups among ``names`` that belong to the pipeline whose group id is ``group_id``."""
+    lane_prefix = f"{group_id}-"
+    return sorted(n for n in set(names) if n == group_id or n.startswith(lane_prefix))
+
+
+def _wait(future: Future[Any], what: str) -> Any:
+    try:
+        return future.result(timeout=REQUEST_TIMEOUT_S)
+    except KafkaException as exc:
+        raise KafkaIOError(f"cannot read {what}: {exc}") from exc
+    except TimeoutError as exc:
+        raise KafkaIOError(f"Kafka did not answer about {what}") from exc
+
+
+class LagReader:
+    """Measures the lag of one pipeline's consumer groups. Blocking: run it off the event loop."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        max_age_probes: int = 200,
+        age_timeout_s: float = 3.0,
+    ) -> None:
+        self._settings = settings
+        self._max_age_probes = max_age_probes
+        self._age_timeout_s = age_timeout_s
+        self._admin = AdminClient(
+            {"bootstrap.servers": settings.kafka_bootstrap, "socket.timeout.ms": 10000}
+        )
+
+    def groups(self) -> list[str]:
+        """Every consumer group of this pipeline that exists on the broker."""
+        listing = _wait(self._admin.list_consumer_groups(), "consumer groups")
+        names = [g.group_id for g in listing.valid]
+        return hookstream_groups(self._settings.group_id, names)
+
+    def measure(self, groups: Sequence[str] | None = None, *, with_age: bool = True) -> LagReport:
+        """Lag of ``groups`` (default: every group of this pipeline), with time lag if asked."""
+        chosen = list(groups) if groups is not None else self.groups()
+        committed = {group: self._committed(group) for group in chosen}
+        for group, tps in self._assigned(chosen).items():
+            for tp in tps:
+                committed[group].setdefault(tp, None)
+        self._add_sibling_partitions(committed)
+        wanted = {tp for offsets in committed.values() for tp in offsets}
+        low = self._offsets(wanted, _EARLIEST)
+        high = self._offsets(wanted, _LATEST)
+        taken_at = time.time()
+        parts = [
+            PartitionLag(group, topic, part, offset, low[(topic, part)], high[(topic, part)])
+            for group, offsets in committed.items()
+            for (topic, part), offset in sorted(offsets.items())
+            if (topic, part) in low and (topic, part) in high
+        ]
+        if with_age:
+            parts = self._with_ages(parts)
+        return LagReport(taken_at=taken_at, partitions=tuple(parts))
+
+    def close(self) -> None:
+        """Nothing to release today: the AdminClient closes with the reader. Kept for symmetry."""
+
+    # --- the admin requests ---------------------------------------------------------------
+    def _committed(self, group: str) -> dict[TP, int | None]:
+        request = [ConsumerGroupTopicPartitions(group)]
+        futures = self._admin.list_consumer_group_offsets(request, request_timeout=10)
+        result = _wait(futures[group], f"the offsets of group {group}")
+        return {
+            (tp.topic, tp.partition): None if tp.offset == _NO_OFFSET else tp.offset
+            for tp in result.topic_partitions or []
+            if tp.error is None
+        }
+
+    def _assigned(self, groups: list[str]) -> dict[str, set[TP]]:
+        """Partitions the groups' live members are assigned, committed or not."""
+        if not groups:
+            return {}
+        futures = self._admin.describe_consumer_groups(groups, request_timeout=10)
+        assigned: dict[str, set[TP]] = {}
+        for group, future in futures.items():
+            description = _wait(future, f"group {group}")
+            tps = assigned.setdefault(group, set())
+            for member in description.members:
+                if member.assignment is not None:
+                    tps.update(
+                        (tp.topic, tp.partition) for tp in member.assignment.topic_partitions
+                    )
+        return assigned
+
+    def _add_sibling_partitions(self, committed: dict[str, dict[TP, int | None]]) -> None:
+        """A group that commits on some partitions of a topic consumes all of them."""
+        topics = {topic for offsets in committed.values() for topic, _ in offsets}
+        if not topics:
+            return
+        try:
+            metadata = self._admin.list_topics(timeout=REQUEST_TIMEOUT_S)
+        except KafkaException as exc:
+            raise KafkaIOError(f"cannot read topic metadata: {exc}") from exc
+        for offsets in committed.values():
+            for topic in {topic for topic, _ in offsets}:
+                meta = metadata.topics.get(topic)
+                if meta is None or meta.error is not None:
+                    continue
+                for part in meta.partitions:
+                    offsets.setdefault((topic, part), None)
+
+    def _offsets(self, tps: set[TP], spec: Any) -> dict[TP, int]:
+        if not tps:
+            return {}
+        request = {TopicPartition(topic, part): spec for topic, part in tps}
+        futures = self._admin.list_offsets(request, request_timeout=10)
+        found: dict[TP, int] = {}
+        for tp, future in futures.items():
+            try:
+                found[(tp.topic, tp.partition)] = future.result(timeout=REQUEST_TIMEOUT_S).offset
+            except KafkaException as exc:  # a deleted topic: leave it out of this round
+                log.debug("no offsets for %s[%d]: %s", tp.topic, tp.partition, exc)
+        return found
+
+    # --- time lag ---------------------------------------------------------------------------
+    def _with_ages(self, parts: list[PartitionLag]) -> list[PartitionLag]:
+        lagging = sorted((p for p in parts if p.lag > 0), key=lambda p: -p.lag)
+        targets = {(p.topic, p.partition, p.position) for p in lagging[: self._max_age_probes]}
+        if not targets:
+            return parts
+        stamps = self._timestamps(targets)
+        return [
+            _with_stamp(p, stamps.get((p.topic, p.partition, p.position))) if p.lag > 0 else p
+            for p in parts
+        ]
+
+    def _timestamps(self, targets: set[tuple[str, int, int]]) -> dict[tuple[str, int, int], int]:
+        """The timestamp of the record at each (topic, partition, offset), within the bound."""
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self._settings.kafka_bootstrap,
+                # never joins this group and never commits: it only reads by assignment
+                "group.id": f"{self._settings.group_id}.lag-probe",
+                "enable.auto.commit": False,
+                "enable.partition.eof": False,
+                "fetch.max.bytes": 1048576,
+                "max.partition.fetch.bytes": 65536,
+            }
+        )
+        pending = {(topic, part): offset for topic, part, offset in targets}
+        stamps: dict[tuple[str, int, int], int] = {}
+        try:
+            consumer.assign([TopicPartition(t, p, o) for (t, p), o in pending.items()])
+            deadline = time.monotonic() + self._age_timeout_s
+            while pending and time.monotonic() < deadline:
+                for msg in consumer.consume(len(pending), 0.2):
+                    key = (msg.topic(), msg.partition())
+                    if msg.error() is not None or key not in pending:
+                        continue
+                    # the first record at or after the committed offset (compaction may skip)
+                    stamps[(key[0], key[1], pending.pop(key))] = msg.timestamp()[1]
+                    consumer.pause([TopicPartition(key[0], key[1])])
+        finally:
+            consumer.close()
+        return stamps
+
+
+def _with_stamp(part: PartitionLag, stamp: int | None) -> PartitionLag:
+    return PartitionLag(
+        part.group, part.topic, part.partition, part.committed, part.low, part.high, stamp
+    )
+
+
+class LagExporter:
+    """Measures lag every ``interval_s`` seconds and publishes it as hookstream's lag gauges."""
+
+    def __init__(
+        self, settings: Settings, interval_s: float = 15.0, reader: LagReader | None = None
+    ) -> None:
+        self._settings = settings
+        self.interval_s = interval_s
+        self._reader = reader or LagReader(settings)
+        self._tiers = [
+            (topic, format_duration(delay), delay)
+            for delay, topic in load_topology(settings).retry_tiers
+        ]
+        self.last: LagReport | None = None
+
+    def export_once(self) -> LagReport:
+        """One blocking measurement, published to `streams.metrics`."""
+        report = self._reader.measure()
+        metrics.publish_lag(
+            [(p.group, p.topic, p.partition, p.lag) for p in report.partitions],
+            [(t.group, t.topic, t.age_s) for t in report.topics() if t.age_s is not None],
+            self._tiers,
+            report.taken_at,
+        )
+        self.last = report
+        return report
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Export until ``stop`` is set. A failed round is logged and counted, never fatal."""
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            try:
+                await loop.run_in_executor(None, self.export_once)
+            except Exception as exc:  # the worker must keep delivering without lag metrics
+                metrics.record_lag_error()
+                log.warning("consumer lag measurement failed: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.interval_s)
+
+
+def lag_component(app: faust.App, settings: Settings) -> None:
+    """Faust component: export this pipeline's consumer lag every 15 s while the worker runs."""
+    from mode import Service
+
+    class LagService(Service):
+        _stop: asyncio.Event
+        _task: asyncio.Task[None]
+
+        async def on_start(self) -> None:
+            self._stop = asyncio.Event()
+            exporter = LagExporter(settings)
+            self._task = asyncio.create_task(exporter.run(self._stop), name="hookstream-lag")
+
+        async def on_stop(self) -> None:
+            self._stop.set()
+            await asyncio.wait([self._task], timeout=REQUEST_TIMEOUT_S + 5)
+
+    app.service(LagService)

@@ -1,0 +1,492 @@
+"""Every Prometheus metric hookstream exports (SPEC O1), and the helpers the lanes call.
+
+All metrics live in one module registry, `REGISTRY`, served at ``GET /metrics`` on every worker
+by `metrics_component`. Names start with ``hookstream_``; docs/observability.md describes each.
+
+Label values are bounded by construction, so one noisy tenant cannot blow up the time-series
+count of a Prometheus server:
+
+- ``outcome``, ``lane``, ``to``, ``state`` and the like only take values from fixed sets; anything
+  else is counted as ``unknown``.
+- Free-form reasons (DLQ and invalid-event reasons) must look like a reason code and at most
+  `MAX_REASONS` distinct values are kept per metric; later ones share ``other``.
+- No metric carries a subscription id by default. `allow_subscription_labels` opts a short list
+  of subscriptions in; `subscription_label` maps every other id to ``other``.
+
+The helpers are on the delivery hot path (thousands of calls a second), so each caches its
+pre-bound label children in a dict: one dict lookup and one lock-protected add per call.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from typing import TYPE_CHECKING, Any, Final
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    Metric,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from streams.settings import Settings
+
+if TYPE_CHECKING:
+    import faust
+
+# ``*_created`` series double the series count and no hookstream query or alert uses them.
+disable_created_metrics()  # type: ignore[no-untyped-call]  # the library leaves it unannotated
+
+#: The registry `/metrics` serves. Process, platform and GC metrics of the worker are included.
+REGISTRY: Final = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
+
+OUTCOMES: Final = frozenset({"success", "retryable", "permanent", "fatal"})
+LANES: Final = frozenset({"live", "retry", "backfill", "replay", "probe", "test"})
+BREAKER_STATES: Final = frozenset({"closed", "open", "half_open"})
+DEFER_REASONS: Final = frozenset({"breaker_open", "rate_limited", "max_in_flight", "suspended"})
+CHANNELS: Final = frozenset({"email", "webhook"})
+SENT_OUTCOMES: Final = frozenset({"sent", "failed"})
+READINESS_CHECKS: Final = ("joined", "assigned", "rebalancing", "recovering", "ready")
+UNKNOWN: Final = "unknown"
+OTHER: Final = "other"
+#: Distinct free-form reasons kept per metric before new ones are counted as ``other``.
+MAX_REASONS: Final = 200
+_REASON = re.compile(r"^[a-z][a-z0-9_]{0,47}(:[a-z][a-z0-9_]{0,47})?$")
+_TIER = re.compile(r"^\d+(ms|s|m|h|d)$")
+
+#: Attempt-duration buckets, in seconds: 5 ms (a local receiver) to 30 s (the largest timeout).
+ATTEMPT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0)
+
+# --- the metrics ------------------------------------------------------------------------------
+
+DELIVERIES = Counter(
+    "hookstream_deliveries",
+    "Delivery attempts by outcome class (D5) and lane.",
+    ["outcome", "lane"],
+    registry=REGISTRY,
+)
+ATTEMPT_DURATION = Histogram(
+    "hookstream_attempt_duration_seconds",
+    "Duration of one HTTP attempt, from sending the request to the classified answer.",
+    ["lane"],
+    buckets=ATTEMPT_BUCKETS,
+    registry=REGISTRY,
+)
+RETRIES = Counter(
+    "hookstream_retries_scheduled",
+    "Deliveries handed to a retry tier, by tier delay (1m, 5m, ...).",
+    ["tier"],
+    registry=REGISTRY,
+)
+DEAD_LETTERS = Counter(
+    "hookstream_dlq",
+    "Records written to the dead-letter topic, by reason.",
+    ["reason"],
+    registry=REGISTRY,
+)
+SUSPENSIONS = Counter(
+    "hookstream_subscription_suspensions",
+    "Subscriptions auto-suspended (H3), by the outcome class that reached its threshold.",
+    ["outcome"],
+    registry=REGISTRY,
+)
+BREAKER_TRANSITIONS = Counter(
+    "hookstream_breaker_transitions",
+    "Circuit-breaker transitions (H7), by the state entered.",
+    ["to"],
+    registry=REGISTRY,
+)
+BREAKERS = Gauge(
+    "hookstream_breakers",
+    "Endpoint circuit breakers this worker holds, by state.",
+    ["state"],
+    registry=REGISTRY,
+)
+DEFERRED = Counter(
+    "hookstream_deliveries_deferred",
+    "Deliveries delayed without an attempt (breaker open, rate limit, max in-flight).",
+    ["reason"],
+    registry=REGISTRY,
+)
+IN_FLIGHT = Gauge(
+    "hookstream_in_flight",
+    "HTTP attempts in progress on this worker, by lane.",
+    ["lane"],
+    registry=REGISTRY,
+)
+BACKFILL_PROGRESS = Gauge(
+    "hookstream_backfill_progress",
+    "Events of the running backfills (R2): state=done so far, state=total planned.",
+    ["state", "subscription"],
+    registry=REGISTRY,
+)
+BACKFILLS_RUNNING = Gauge(
+    "hookstream_backfills_running",
+    "Backfills running on this worker.",
+    registry=REGISTRY,
+)
+EVENTS_ROUTED = Counter(
+    "hookstream_events_routed",
+    "Ingest events accepted, archived and routed.",
+    registry=REGISTRY,
+)
+DELIVERIES_ROUTED = Counter(
+    "hookstream_deliveries_routed",
+    "Deliveries created by routing: one per (event, matching subscription).",
+    registry=REGISTRY,
+)
+EVENTS_INVALID = Counter(
+    "hookstream_events_invalid",
+    "Ingest events refused and dead-lettered (Q2), by reason.",
+    ["reason"],
+    registry=REGISTRY,
+)
+NOTIFICATIONS = Counter(
+    "hookstream_notifications",
+    "Owner notifications (H5, H6, R1), by channel and outcome.",
+    ["channel", "outcome"],
+    registry=REGISTRY,
+)
+WORKER_READINESS = Gauge(
+    "hookstream_worker_readiness",
+    "The worker's readiness checks (1 true, 0 false); recovering=1 while tables recover.",
+    ["check"],
+    registry=REGISTRY,
+)
+BUILD = Info("hookstream_build", "The running hookstream build.", registry=REGISTRY)
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return UNKNOWN
+
+
+BUILD.info(
+    {
+        "version": _version("hookstream"),
+        "python": platform.python_version(),
+        "faust": _version("faust-streaming"),
+        "confluent_kafka": _version("confluent-kafka"),
+    }
+)
+
+# --- label guards -----------------------------------------------------------------------------
+
+
+def _member(value: str, allowed: frozenset[str]) -> str:
+    text = str(value)
+    return text if text in allowed else UNKNOWN
+
+
+class _Reasons:
+    """Keeps the set of reason labels of one metric bounded (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+
+    def label(self, reason: str) -> str:
+        text = str(reason)
+        if text in self._seen:
+            return text
+        if len(self._seen) >= MAX_REASONS or not _REASON.match(text):
+            return OTHER
+        self._seen.add(text)
+        return text
+
+
+_allowed_subscriptions: frozenset[str] = frozenset()
+
+
+def allow_subscription_labels(subscription_ids: Iterable[str]) -> None:
+    """Give these subscriptions their own ``subscription`` label value (opt-in, keep it short)."""
+    global _allowed_subscriptions
+    _allowed_subscriptions = frozenset(subscription_ids)
+
+
+def subscription_label(subscription_id: str) -> str:
+    """The ``subscription`` label of an id: itself when allow-listed, else ``other``."""
+    return subscription_id if subscription_id in _allowed_subscriptions else OTHER
+
+
+# --- hot-path helpers ---------------------------------------------------------------------------
+
+_attempt_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+_in_flight_children: dict[str, Any] = {}
+_retry_children: dict[str, Any] = {}
+_dlq_children: dict[str, Any] = {}
+_invalid_children: dict[str, Any] = {}
+_dlq_reasons = _Reasons()
+_invalid_reasons = _Reasons()
+
+
+def record_attempt(outcome: str, lane: str, duration_s: float) -> None:
+    """One finished HTTP attempt: its outcome class, lane and duration in seconds."""
+    children = _attempt_children.get((outcome, lane))
+    if children is None:
+        lane_label = _member(lane, LANES)
+        children = (
+            DELIVERIES.labels(_member(outcome, OUTCOMES), lane_label),
+            ATTEMPT_DURATION.labels(lane_label),
+        )
+        _attempt_children[(str(outcome), str(lane))] = children
+    children[0].inc()
+    children[1].observe(duration_s)
+
+
+def _in_flight_child(lane: str) -> Any:
+    child = _in_flight_children.get(lane)
+    if child is None:
+        child = _in_flight_children[str(lane)] = IN_FLIGHT.labels(_member(lane, LANES))
+    return child
+
+
+def set_in_flight(lane: str, n: int) -> None:
+    """The number of attempts of ``lane`` now in progress."""
+    _in_flight_child(lane).set(n)
+
+
+def add_in_flight(lane: str, delta: int) -> None:
+    """One attempt started (+1) or finished (-1) on ``lane``."""
+    _in_flight_child(lane).inc(delta)
+
+
+def record_retry(tier: str) -> None:
+    """A delivery handed to the retry tier whose delay is ``tier`` (``1m``, ``5m``, ...)."""
+    child = _retry_children.get(tier)
+    if child is None:
+        label = tier if _TIER.match(str(tier)) else UNKNOWN
+        child = _retry_children[str(tier)] = RETRIES.labels(label)
+    child.inc()
+
+
+def record_dead_letter(reason: str) -> None:
+    """One record written to the DLQ with ``reason`` (``http_404``, ``exhausted:http_500``...)."""
+    child = _dlq_children.get(reason)
+    if child is None:
+        label = _dlq_reasons.label(reason)
+        child = DEAD_LETTERS.labels(label)
+        if label != OTHER:
+            _dlq_children[str(reason)] = child
+    child.inc()
+
+
+def record_routed(events: int, deliveries: int) -> None:
+    """A routed batch: events accepted and archived, and the deliveries they fanned out to."""
+    if events:
+        EVENTS_ROUTED.inc(events)
+    if deliveries:
+        DELIVERIES_ROUTED.inc(deliveries)
+
+
+def record_invalid_event(reason: str) -> None:
+    """One ingest event refused and dead-lettered, with its decode ``reason``."""
+    child = _invalid_children.get(reason)
+    if child is None:
+        label = _invalid_reasons.label(reason)
+        child = EVENTS_INVALID.labels(label)
+        if label != OTHER:
+            _invalid_children[str(reason)] = child
+    child.inc()
+
+
+# --- control-plane helpers (rare events: no caching needed) ---------------------------------------
+
+
+def record_suspension(outcome: str) -> None:
+    """One subscription auto-suspended because its ``outcome`` class reached the threshold."""
+    SUSPENSIONS.labels(_member(outcome, OUTCOMES)).inc()
+
+
+def record_breaker_transition(to_state: str) -> None:
+    """A breaker entered ``to_state`` (closed, open or half_open)."""
+    BREAKER_TRANSITIONS.labels(_member(to_state, BREAKER_STATES)).inc()
+
+
+def set_breakers(counts: Mapping[str, int]) -> None:
+    """How many breakers this worker holds in each state; states not given are set to 0."""
+    for state in BREAKER_STATES:
+        BREAKERS.labels(state).set(counts.get(state, 0))
+
+
+def record_deferred(reason: str) -> None:
+    """A delivery delayed without an attempt: breaker_open, rate_limited or max_in_flight."""
+    DEFERRED.labels(_member(reason, DEFER_REASONS)).inc()
+
+
+def record_notification(channel: str, outcome: str) -> None:
+    """An owner notification sent or failed on ``channel`` (email or webhook)."""
+    NOTIFICATIONS.labels(_member(channel, CHANNELS), _member(outcome, SENT_OUTCOMES)).inc()
+
+
+_backfills: dict[str, tuple[int, int]] = {}
+
+
+def set_backfill_progress(subscription_id: str, done: int, total: int) -> None:
+    """The progress of one subscription's backfill (R2); sums per ``subscription`` label."""
+    _backfills[subscription_id] = (done, total)
+    _publish_backfills()
+
+
+def backfill_finished(subscription_id: str) -> None:
+    """A backfill completed or stopped: it no longer counts toward the progress gauges."""
+    _backfills.pop(subscription_id, None)
+    _publish_backfills()
+
+
+def _publish_backfills() -> None:
+    sums: dict[str, list[int]] = {OTHER: [0, 0]}
+    for sub_id, (done, total) in _backfills.items():
+        pair = sums.setdefault(subscription_label(sub_id), [0, 0])
+        pair[0] += done
+        pair[1] += total
+    for label, (done, total) in sums.items():
+        BACKFILL_PROGRESS.labels("done", label).set(done)
+        BACKFILL_PROGRESS.labels("total", label).set(total)
+    for label in _backfill_labels - set(sums):
+        BACKFILL_PROGRESS.remove("done", label)
+        BACKFILL_PROGRESS.remove("total", label)
+    _backfill_labels.clear()
+    _backfill_labels.update(sums)
+    BACKFILLS_RUNNING.set(len(_backfills))
+
+
+_backfill_labels: set[str] = set()
+
+
+def set_readiness(state: Mapping[str, bool]) -> None:
+    """The worker's readiness checks, as `streams.app.readiness` reports them."""
+    for check in READINESS_CHECKS:
+        WORKER_READINESS.labels(check).set(1 if state.get(check) else 0)
+
+
+# --- consumer lag (set by streams.adapters.lag's exporter) ---------------------------------------
+
+
+class _LagCollector(Collector):
+    """Serves the last lag snapshot as a whole, so a scrape never sees half of an update and
+    partitions or groups that went away disappear with the next snapshot."""
+
+    def __init__(self) -> None:
+        self._families: list[Metric] = []
+
+    def publish(
+        self,
+        partitions: Iterable[tuple[str, str, int, int]],
+        ages: Iterable[tuple[str, str, float]],
+        tiers: Iterable[tuple[str, str, float]],
+        taken_at: float,
+    ) -> None:
+        lag = GaugeMetricFamily(
+            "hookstream_consumer_lag",
+            "Records not yet committed by a hookstream consumer group, per partition.",
+            labels=["group", "topic", "partition"],
+        )
+        for group, topic, partition, records in partitions:
+            lag.add_metric([group, topic, str(partition)], records)
+        age = GaugeMetricFamily(
+            "hookstream_consumer_lag_seconds",
+            "Age of the oldest record a group has not committed yet, per topic (0 when none).",
+            labels=["group", "topic"],
+        )
+        for group, topic, seconds in ages:
+            age.add_metric([group, topic], seconds)
+        delay = GaugeMetricFamily(
+            "hookstream_retry_tier_delay_seconds",
+            "The configured delay of each retry tier topic.",
+            labels=["topic", "tier"],
+        )
+        for topic, tier, seconds in tiers:
+            delay.add_metric([topic, tier], seconds)
+        updated = GaugeMetricFamily(
+            "hookstream_consumer_lag_updated_timestamp_seconds",
+            "Unix time of the last successful consumer-lag measurement.",
+            value=taken_at,
+        )
+        self._families = [lag, age, delay, updated]
+
+    def collect(self) -> Iterable[Metric]:
+        return list(self._families)
+
+
+LAG = _LagCollector()
+REGISTRY.register(LAG)
+LAG_ERRORS = Counter(
+    "hookstream_consumer_lag_errors",
+    "Consumer-lag measurements that failed (the last good snapshot stays exported).",
+    registry=REGISTRY,
+)
+
+
+def publish_lag(
+    partitions: Iterable[tuple[str, str, int, int]],
+    ages: Iterable[tuple[str, str, float]],
+    tiers: Iterable[tuple[str, str, float]],
+    taken_at: float,
+) -> None:
+    """Replace the exported lag: (group, topic, partition, records) rows, (group, topic, age in
+    seconds) rows, the retry tiers as (topic, tier, delay) and the measurement's unix time."""
+    LAG.publish(partitions, ages, tiers, taken_at)
+
+
+def record_lag_error() -> None:
+    """A lag measurement failed."""
+    LAG_ERRORS.inc()
+
+
+def _initialise() -> None:
+    """Create the fixed label sets at zero, so rate() and dashboards see them from the start."""
+    for outcome in OUTCOMES:
+        SUSPENSIONS.labels(outcome)
+        for lane in LANES:
+            DELIVERIES.labels(outcome, lane)
+    for lane in LANES:
+        ATTEMPT_DURATION.labels(lane)
+        IN_FLIGHT.labels(lane)
+    for state in BREAKER_STATES:
+        BREAKER_TRANSITIONS.labels(state)
+    set_breakers({})
+    for reason in DEFER_REASONS:
+        DEFERRED.labels(reason)
+    for channel in CHANNELS:
+        for sent in SENT_OUTCOMES:
+            NOTIFICATIONS.labels(channel, sent)
+    _publish_backfills()
+
+
+_initialise()
+
+# --- exposition -------------------------------------------------------------------------------
+
+
+def render() -> bytes:
+    """Every metric in the Prometheus text exposition format."""
+    return generate_latest(REGISTRY)
+
+
+def metrics_component(app: faust.App, settings: Settings) -> None:
+    """Faust component: ``GET /metrics`` on the worker's web server (SPEC O1)."""
+    del settings  # the exposition needs no settings; the parameter keeps the component signature
+    from streams.app import readiness  # imported late: streams.app imports the components
+
+    @app.page("/metrics")
+    async def metrics(web: Any, request: Any) -> Any:
+        set_readiness(readiness(app))
+        return web.bytes(render(), content_type=CONTENT_TYPE_LATEST)
