@@ -124,9 +124,35 @@ class Settings(BaseSettings):
         7 * 86400.0, description="How far back backfills and replays reach (default 7d)."
     )
 
+    # --- Circuit breaker (H7), per endpoint origin in each worker -----------------------------
+    breaker_failures: int = Field(
+        5, ge=1, le=100000, description="Consecutive failed attempts that open a breaker."
+    )
+    breaker_failure_rate: float = Field(
+        0.5, gt=0, le=1, description="Failed share of the window's attempts that opens it."
+    )
+    breaker_min_attempts: int = Field(
+        20, ge=1, le=1000000, description="Attempts in the window before the rate counts."
+    )
+    breaker_window: Annotated[float, NoDecode] = Field(
+        30.0, description="Sliding window of the failure rate (default 30s)."
+    )
+    breaker_cooldown: Annotated[float, NoDecode] = Field(
+        30.0, description="How long an open breaker defers deliveries at first (default 30s)."
+    )
+    breaker_max_cooldown: Annotated[float, NoDecode] = Field(
+        600.0, description="Cap of the cooldown, which doubles on each failed probe (10m)."
+    )
+
     _durations_check = field_validator("retry_schedule", mode="before")(_durations)
     _duration_check = field_validator(
-        "retry_window", "default_timeout", "archive_retention", mode="before"
+        "retry_window",
+        "default_timeout",
+        "archive_retention",
+        "breaker_window",
+        "breaker_cooldown",
+        "breaker_max_cooldown",
+        mode="before",
     )(_duration)
 
     @field_validator("retry_schedule")
@@ -146,6 +172,8 @@ class Settings(BaseSettings):
             raise ValueError("default_timeout must be within (0, 30s]")
         if self.retry_window < self.retry_schedule[0]:
             raise ValueError("retry_window must be at least the first retry delay")
+        if self.breaker_max_cooldown < self.breaker_cooldown:
+            raise ValueError("breaker_max_cooldown must be at least breaker_cooldown")
         return self
 
     # --- Derived names ------------------------------------------------------------------------

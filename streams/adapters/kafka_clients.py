@@ -28,6 +28,9 @@ def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
         "acks": "all",
         "linger.ms": 5,
         "compression.type": "lz4",
+        # The Java client's partitioner, as Faust (aiokafka) uses: every producer of a
+        # subscription-keyed topic puts one subscription in the same partition.
+        "partitioner": "murmur2_random",
         "client.id": f"{settings.group_id}-producer",
     }
     config.update(overrides)

@@ -20,22 +20,28 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
+from streams import metrics
 from streams.adapters import codec
 from streams.adapters.http import Transport
 from streams.adapters.kafka_clients import (
-    ProduceTracker,
     commit,
     coordinates,
-    flush,
     make_consumer,
-    produce,
 )
 from streams.adapters.registry import SubscriptionRegistry
 from streams.agents.delivery import attempt
+from streams.agents.outbox import Outbox
 from streams.domain.backoff import RetryPolicy
-from streams.domain.models import DeadLetter, Delivery
+from streams.domain.breaker import (
+    BreakerConfig,
+    BreakerRegistry,
+    BreakerState,
+    breaker_signal,
+    origin_of,
+)
+from streams.domain.models import DeadLetter, Delivery, Lane, Subscription, SubscriptionStatus
 from streams.domain.offsets import OffsetTracker
-from streams.domain.settle import Settlement, settle
+from streams.domain.settle import settle
 from streams.errors import DecodeError
 from streams.settings import Settings
 
@@ -44,6 +50,15 @@ log = logging.getLogger(__name__)
 TP = tuple[str, int]
 COMMIT_INTERVAL_S = 0.2
 RESUME_LEAD_S = 1.0  # resume a paused tier partition this long before its next record can be due
+# Lanes whose deliveries are parked (dead-lettered with the subscription's status as reason)
+# instead of attempted while the subscription is suspended or disabled: the live lane's
+# deliveries already in flight finish (H4); waiting retries and backfills do not go out.
+PARKED_LANES = frozenset({Lane.RETRY, Lane.BACKFILL, Lane.REPLAY})
+
+
+def _breaker_changed(origin: str, old: BreakerState, new: BreakerState, at_ms: int) -> None:
+    metrics.record_breaker_transition(new.value)
+    log.info("breaker %s -> %s", old.value, new.value, extra={"origin": origin})
 
 
 class Dispatcher:
@@ -70,15 +85,21 @@ class Dispatcher:
             jitter=settings.retry_jitter,
             window=settings.retry_window,
         )
-        self._topics = {
-            "attempts": settings.topic("attempts"),
-            "dlq": settings.topic("dlq"),
-            "health": settings.topic("health"),
-        }
+        self._outbox = Outbox(settings, producer, tiers)
+        self._breakers = BreakerRegistry(
+            BreakerConfig(
+                consecutive_failures=settings.breaker_failures,
+                failure_rate=settings.breaker_failure_rate,
+                min_attempts=settings.breaker_min_attempts,
+                window_s=settings.breaker_window,
+                cooldown_s=settings.breaker_cooldown,
+                max_cooldown_s=settings.breaker_max_cooldown,
+            ),
+            on_transition=_breaker_changed,
+        )
         self._lanes = [settings.topic("routed"), settings.topic("backfill")] + [t for _, t in tiers]
         self._tracker = OffsetTracker()
         self._lock = threading.Lock()  # tracker access from rebalance callbacks
-        self._produced = ProduceTracker()
         self._slots = asyncio.Semaphore(settings.dispatch_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._timers: dict[TP, list[asyncio.TimerHandle]] = {}
@@ -99,8 +120,8 @@ class Dispatcher:
             self._tracker.revoke(tps)
             self._assigned.difference_update(tps)
         try:
-            self._producer.flush(10)
-            commit(consumer, positions)
+            if self._producer.flush(10) == 0:
+                commit(consumer, positions)
         except Exception as exc:  # the new owner replays from the last commit: at-least-once
             log.warning("commit on revoke failed: %s", exc)
         loop = self._loop
@@ -165,90 +186,68 @@ class Dispatcher:
         async with self._slots:
             sub = self._registry.get(delivery.subscription_id)
             if sub is None:
-                self._emit_dead(delivery, "subscription_deleted")
+                self._park(delivery, "subscription_deleted")
+            elif sub.status is not SubscriptionStatus.ACTIVE and delivery.lane in PARKED_LANES:
+                self._park(delivery, sub.status.value)  # H4: recovered on re-enable (R2)
             else:
-                result = await attempt(self._transport, sub, delivery, self._clock)
-                outcome = settle(
-                    delivery,
-                    result,
-                    self._policy,
-                    now_ms=int(self._clock() * 1000),
-                    rand=self._rand,
-                    url=sub.url,
-                )
-                self._emit(outcome)
+                await self._attempt(sub, delivery)
         self._settled(tp, offset)
+
+    async def _attempt(self, sub: Subscription, delivery: Delivery) -> None:
+        now_ms = int(self._clock() * 1000)
+        breaker = self._breakers.get(origin_of(sub.url), now_ms)
+        admission = breaker.allow(now_ms)
+        if not admission.admitted:
+            # H7: not an attempt, not a failure: the delivery comes back when the breaker
+            # will admit again, and nothing is dropped.
+            due = admission.retry_at_ms or now_ms + 1000
+            self._outbox.defer(delivery, due, now_ms, self._settings.retry_jitter)
+            metrics.record_deferred("breaker_open")
+            return
+        lane = delivery.lane.value
+        metrics.add_in_flight(lane, 1)
+        try:
+            result = await attempt(self._transport, sub, delivery, self._clock)
+        finally:
+            metrics.add_in_flight(lane, -1)
+        done_ms = int(self._clock() * 1000)
+        outcome = settle(
+            delivery, result, self._policy, now_ms=done_ms, rand=self._rand, url=sub.url
+        )
+        metrics.record_attempt(outcome.attempt.outcome.value, lane, result.duration_ms / 1000)
+        signal = breaker_signal(outcome.attempt.outcome, outcome.attempt.reason)
+        if signal is not None:
+            breaker.record(signal, done_ms)
+        self._outbox.settle(outcome)
+
+    def _park(self, delivery: Delivery, reason: str) -> None:
+        self._outbox.dead_letter(
+            DeadLetter(
+                reason=reason,
+                dead_at=int(self._clock() * 1000),
+                tenant_id=delivery.tenant_id,
+                subscription_id=delivery.subscription_id,
+                delivery=delivery,
+                attempts=delivery.attempt - 1,
+                first_attempt_at=delivery.first_attempt_at,
+            )
+        )
 
     def _settled(self, tp: TP, offset: int) -> None:
         with self._lock:
             self._tracker.settled(tp, offset)
         self.settled_count += 1
 
-    def _emit(self, outcome: Settlement) -> None:
-        sub_id = outcome.attempt.subscription_id
-        out = self._producer
-        produce(
-            out,
-            self._topics["attempts"],
-            sub_id,
-            codec.encode(outcome.attempt),
-            on_delivery=self._produced,
-        )
-        if outcome.retry is not None and outcome.retry_tier is not None:
-            tier_topic = self._tiers[outcome.retry_tier][1]
-            produce(
-                out, tier_topic, sub_id, codec.encode(outcome.retry), on_delivery=self._produced
-            )
-        if outcome.dead_letter is not None:
-            produce(
-                out,
-                self._topics["dlq"],
-                sub_id,
-                codec.encode(outcome.dead_letter),
-                on_delivery=self._produced,
-            )
-        if outcome.health is not None:
-            produce(
-                out,
-                self._topics["health"],
-                sub_id,
-                codec.encode(outcome.health),
-                on_delivery=self._produced,
-            )
-
-    def _emit_dead(self, delivery: Delivery, reason: str) -> None:
-        letter = DeadLetter(
-            reason=reason,
-            dead_at=int(self._clock() * 1000),
-            tenant_id=delivery.tenant_id,
-            subscription_id=delivery.subscription_id,
-            delivery=delivery,
-            attempts=delivery.attempt - 1,
-            first_attempt_at=delivery.first_attempt_at,
-        )
-        produce(
-            self._producer,
-            self._topics["dlq"],
-            delivery.subscription_id,
-            codec.encode(letter),
-            on_delivery=self._produced,
-        )
-
     def _dead_letter_raw(self, msg: Message, exc: DecodeError) -> None:
         key = (msg.key() or b"invalid").decode("utf-8", errors="replace")
-        letter = DeadLetter(
-            reason=exc.reason,
-            dead_at=int(self._clock() * 1000),
-            subscription_id=key,
-            raw=msg.value(),
-            last_error=str(exc)[:500],
-        )
-        produce(
-            self._producer,
-            self._topics["dlq"],
-            key,
-            codec.encode(letter),
-            on_delivery=self._produced,
+        self._outbox.dead_letter(
+            DeadLetter(
+                reason=exc.reason,
+                dead_at=int(self._clock() * 1000),
+                subscription_id=key,
+                raw=msg.value(),
+                last_error=str(exc)[:500],
+            )
         )
 
     # --- the loop -------------------------------------------------------------------------
@@ -257,7 +256,7 @@ class Dispatcher:
             positions = self._tracker.to_commit()
         if not positions:
             return
-        await flush(self._producer, self._produced)
+        await self._outbox.flush()
         assert self._consumer is not None
         await asyncio.get_running_loop().run_in_executor(None, commit, self._consumer, positions)
         with self._lock:

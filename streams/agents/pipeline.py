@@ -19,6 +19,7 @@ from streams.adapters.http import AiohttpTransport, Transport
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import make_producer
 from streams.adapters.registry import SubscriptionRegistry
+from streams.adapters.runtime_config import RuntimeConfig
 from streams.agents.dispatcher import Dispatcher
 from streams.agents.router import Router
 from streams.settings import Settings
@@ -36,6 +37,7 @@ class Pipeline:
         self._transport_factory = transport_factory or _default_transport
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self.config = RuntimeConfig()
         self.registry = SubscriptionRegistry(settings)
         self.producer = make_producer(settings)
         self.transport: Transport | None = None
@@ -99,19 +101,20 @@ def _default_transport(settings: Settings) -> Transport:
 
 
 def pipeline_component(app: Any, settings: Settings) -> None:
-    """Faust component: run the delivery pipeline for as long as the worker's app runs."""
+    """Faust component: run the delivery pipeline for as long as the worker's app runs.
+
+    The pipeline object exists from registration on (``app.hookstream_pipeline``), so the
+    agents and views registered after it can reach its registry and producer; its lanes start
+    with the app and stop, with one deadline, before the app stops.
+    """
+    pipeline = Pipeline(settings)
+    app.hookstream_pipeline = pipeline
 
     class PipelineService(Service):
-        """Starts the lanes once the app is up; stops them (one deadline) before it stops."""
-
-        pipeline: Pipeline
-
         async def on_start(self) -> None:
-            self.pipeline = Pipeline(settings)
-            app.hookstream_pipeline = self.pipeline
-            await self.pipeline.start()
+            await pipeline.start()
 
         async def on_stop(self) -> None:
-            await self.pipeline.stop()
+            await pipeline.stop()
 
     app.service(PipelineService)

@@ -230,7 +230,9 @@ class Breaker:
             return self._grant_probe(now_ms)
         if self._probe_until is None or now_ms >= self._probe_until:
             return self._grant_probe(now_ms)
-        return self._defer
+        # A probe is out: ask again after one base cooldown, not at the probe's lease end (a
+        # probe usually answers in seconds; its lease only covers a lost result).
+        return Admission(Verdict.DEFER, min(self._probe_until, now_ms + self._base_ms))
 
     def record(self, success: bool, now_ms: int) -> BreakerState | None:
         """Record one attempt's result; returns the new state if it changed, else None."""
@@ -281,7 +283,6 @@ class Breaker:
 
     def _grant_probe(self, now_ms: int) -> Admission:
         self._probe_until = now_ms + math.ceil(self.config.probe_timeout_s * 1000)
-        self._defer = Admission(Verdict.DEFER, self._probe_until)
         return PROBE
 
     def _change(self, new: BreakerState, now_ms: int) -> None:

@@ -18,7 +18,15 @@ from tests.receivers import PerId, Receiver, Reset, Respond
 
 pytestmark = pytest.mark.integration
 
-SHORT = {"retry_schedule": "1s,2s", "retry_window": "1m", "retry_jitter": 0.1}
+SHORT = {
+    "retry_schedule": "1s,2s",
+    "retry_window": "1m",
+    "retry_jitter": 0.1,
+    "breaker_cooldown": "1s",
+    "breaker_max_cooldown": "2s",
+}
+# For tests that time retries exactly: a breaker that never opens.
+NO_BREAKER = {**SHORT, "breaker_failures": 100000, "breaker_min_attempts": 1000000}
 
 
 async def test_d2_d3_d4_signed_deliveries_verify_with_standardwebhooks(
@@ -58,7 +66,7 @@ async def test_d6_retries_arrive_on_schedule_never_early_same_webhook_id(
 ) -> None:
     receiver = receiver_factory()
     url = receiver.route("/flaky", PerId((Respond(500), Respond(503), Respond(200))))
-    async with PipelineHarness(make_settings(**SHORT)) as h:
+    async with PipelineHarness(make_settings(**NO_BREAKER)) as h:
         sub = await h.subscribe(url, ["*"])
         events = [make_event("acme", "order.created", n) for n in range(5)]
         await h.publish(events)

@@ -115,7 +115,8 @@ def test_H7_open_defers_until_the_cooldown_then_lets_one_probe_through() -> None
     assert breaker.state is HALF_OPEN
     deferred = breaker.allow(opened + 30 * SEC + 1)
     assert deferred.verdict is Verdict.DEFER and not deferred.admitted
-    assert deferred.retry_at_ms == opened + 30 * SEC + 60 * SEC  # the probe's lease
+    # while the probe is out, ask again one base cooldown later (not at the 60 s lease end)
+    assert deferred.retry_at_ms == opened + 30 * SEC + 1 + 30 * SEC
 
 
 def test_H7_cooldown_doubles_on_each_failed_probe_up_to_the_cap() -> None:
