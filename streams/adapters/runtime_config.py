@@ -15,6 +15,7 @@ import orjson
 from confluent_kafka import Producer
 
 from streams.adapters.kafka_clients import produce
+from streams.adapters.topic_reader import scan
 from streams.domain.policy import SuspensionPolicy, policy_from_dict, policy_to_dict
 from streams.errors import ValidationError
 from streams.settings import Settings
@@ -53,3 +54,13 @@ def publish_policy(producer: Producer, settings: Settings, policy: SuspensionPol
     """Write the policy record (the caller flushes)."""
     value = orjson.dumps(policy_to_dict(policy))
     produce(producer, settings.topic("subscriptions"), POLICY_KEY, value)
+
+
+def load_policy(settings: Settings) -> SuspensionPolicy:
+    """The policy in force, read from the topic (CLI use; workers follow the topic instead)."""
+    config = RuntimeConfig()
+    for msg in scan(settings, settings.topic("subscriptions")):
+        key = msg.key()
+        if key is not None and key.decode() == POLICY_KEY:
+            config.apply(POLICY_KEY, msg.value())
+    return config.policy
