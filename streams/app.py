@@ -28,6 +28,7 @@ from streams.adapters.lag import lag_component
 from streams.agents.health import health_component
 from streams.agents.notifier import notifier_component
 from streams.agents.pipeline import pipeline_component
+from streams.api import api_component
 from streams.logging import configure_logging
 from streams.metrics import metrics_component
 from streams.settings import Settings
@@ -38,6 +39,7 @@ Component = Callable[[faust.App, Settings], None]
 #: What `hookstream worker` runs. Each agent module adds its register function here.
 DEFAULT_COMPONENTS: list[Component] = [
     pipeline_component,
+    api_component,
     metrics_component,
     health_component,
     notifier_component,
@@ -114,7 +116,11 @@ def readiness(app: faust.App) -> dict[str, bool]:
         "rebalancing": bool(app.rebalancing),
         "recovering": bool(app.in_recovery),
     }
-    state["ready"] = joined and not state["rebalancing"] and not state["recovering"]
+    pipeline = getattr(app, "hookstream_pipeline", None)
+    state["lanes"] = pipeline is None or pipeline.registry.ready.is_set()
+    state["ready"] = (
+        joined and not state["rebalancing"] and not state["recovering"] and state["lanes"]
+    )
     return state
 
 

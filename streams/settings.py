@@ -97,6 +97,11 @@ class Settings(BaseSettings):
         description="Allow deliveries to private, loopback and link-local addresses (SSRF "
         "guard off). Only for local development and tests.",
     )
+    destination_allowlist: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="CIDR networks the SSRF guard allows although they are private, comma "
+        "separated (e.g. an internal relay).",
+    )
     smtp_url: str | None = Field(
         None, description="SMTP server for owner notifications, e.g. smtp://127.0.0.1:1025."
     )
@@ -143,6 +148,13 @@ class Settings(BaseSettings):
     breaker_max_cooldown: Annotated[float, NoDecode] = Field(
         600.0, description="Cap of the cooldown, which doubles on each failed probe (10m)."
     )
+
+    @field_validator("destination_allowlist", mode="before")
+    @classmethod
+    def _split_cidrs(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
 
     _durations_check = field_validator("retry_schedule", mode="before")(_durations)
     _duration_check = field_validator(
@@ -216,7 +228,7 @@ def settings_reference() -> str:
     for name, field in Settings.model_fields.items():
         default = field.default
         if isinstance(default, tuple):
-            shown = ",".join(f"{d:g}s" for d in default)
+            shown = ",".join(f"{d:g}s" if isinstance(d, float) else str(d) for d in default)
         elif default is None:
             shown = "(unset)"
         else:

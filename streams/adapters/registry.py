@@ -3,75 +3,51 @@
 Every worker reads the whole topic (all partitions, from the beginning) and keeps following it,
 so the router can find matching subscriptions by tenant and event type through an index (P7)
 and the dispatcher can look up a subscription's URL, secrets and timeout. A tombstone deletes.
+Signing secrets are encrypted in the topic and decrypted as records are applied (S5, see
+``streams.adapters.secretbox``); in memory they are plaintext, and never logged.
+
+`ApiKeyRegistry` follows the compacted `apikeys` topic the same way: the admin API's tenant
+keys, stored as hashes (Q6).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
+import hmac
 import logging
 import time
 import uuid
 
+import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from streams.adapters import codec
 from streams.adapters.kafka_clients import make_consumer, produce, watermarks
+from streams.adapters.runtime_config import CONFIG_PREFIX, RuntimeConfig
+from streams.adapters.secretbox import SecretBox
 from streams.domain.filters import SubscriptionIndex
-from streams.domain.models import Subscription, SubscriptionStatus
+from streams.domain.models import Secret, Subscription, SubscriptionStatus
 from streams.errors import DecodeError, HookstreamError
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-class SubscriptionRegistry:
-    """An in-memory view of every subscription, kept current from the topic."""
+class CompactedTopicView:
+    """Reads a compacted topic from the beginning and keeps following it; `apply` each record."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, topic: str) -> None:
         self._settings = settings
-        self._topic = settings.topic("subscriptions")
-        self._subs: dict[str, Subscription] = {}
-        self._index = SubscriptionIndex()
+        self._topic = settings.topic(topic)
         self._consumer: Consumer | None = None
         self._targets: dict[int, int] = {}
         self.ready = asyncio.Event()
 
-    # --- reading --------------------------------------------------------------------------
-    def get(self, subscription_id: str) -> Subscription | None:
-        return self._subs.get(subscription_id)
-
-    def match(self, tenant_id: str, event_type: str) -> list[Subscription]:
-        """Active subscriptions of ``tenant_id`` whose filters match ``event_type``."""
-        subs = self._subs
-        return [subs[sid] for sid in self._index.match(tenant_id, event_type) if sid in subs]
-
-    def all(self) -> list[Subscription]:
-        return list(self._subs.values())
-
-    def __len__(self) -> int:
-        return len(self._subs)
-
     def apply(self, key: bytes | None, value: bytes | None) -> None:
-        """Apply one record of the topic: an upsert, or a tombstone that deletes."""
-        if key is None:
-            return
-        sub_id = key.decode()
-        if value is None:
-            self._subs.pop(sub_id, None)
-            self._index.remove(sub_id)
-            return
-        try:
-            sub = codec.decode(Subscription, value)
-        except DecodeError as exc:
-            log.error(
-                "undecodable subscription record skipped",
-                extra={"subscription_id": sub_id, "error": str(exc)},
-            )
-            return
-        self._subs[sub.id] = sub
-        self._index.upsert(
-            sub.id, sub.tenant_id, sub.filters, active=sub.status is SubscriptionStatus.ACTIVE
-        )
+        """Apply one record of the topic (an upsert, or a tombstone that deletes)."""
+        raise NotImplementedError
 
     # --- following the topic --------------------------------------------------------------
     def _open(self) -> Consumer:
@@ -123,17 +99,158 @@ class SubscriptionRegistry:
             while not stop.is_set():
                 await loop.run_in_executor(None, self._poll, consumer, 0.2)
                 if not self._targets and not self.ready.is_set():
-                    log.info("subscription registry ready: %d subscriptions", len(self._subs))
+                    log.info("%s caught up", self._topic)
                     self.ready.set()
         finally:
             await loop.run_in_executor(None, consumer.close)
 
 
+class SubscriptionRegistry(CompactedTopicView):
+    """An in-memory view of every subscription, kept current from the topic."""
+
+    def __init__(self, settings: Settings, config: RuntimeConfig | None = None) -> None:
+        super().__init__(settings, "subscriptions")
+        self.config = config or RuntimeConfig()
+        self._subs: dict[str, Subscription] = {}
+        self._index = SubscriptionIndex()
+        self._box = SecretBox.from_settings(settings)
+
+    # --- reading --------------------------------------------------------------------------
+    def get(self, subscription_id: str) -> Subscription | None:
+        return self._subs.get(subscription_id)
+
+    def match(self, tenant_id: str, event_type: str) -> list[Subscription]:
+        """Active subscriptions of ``tenant_id`` whose filters match ``event_type``."""
+        subs = self._subs
+        return [subs[sid] for sid in self._index.match(tenant_id, event_type) if sid in subs]
+
+    def all(self) -> list[Subscription]:
+        return list(self._subs.values())
+
+    def __len__(self) -> int:
+        return len(self._subs)
+
+    def apply(self, key: bytes | None, value: bytes | None) -> None:
+        """Apply one record of the topic: an upsert, or a tombstone that deletes."""
+        if key is None:
+            return
+        sub_id = key.decode()
+        if sub_id.startswith(CONFIG_PREFIX):
+            self.config.apply(sub_id, value)  # runtime config shares the compacted topic (H2)
+            return
+        if value is None:
+            self._subs.pop(sub_id, None)
+            self._index.remove(sub_id)
+            return
+        try:
+            sub = codec.decode(Subscription, value)
+        except DecodeError as exc:
+            log.error(
+                "undecodable subscription record skipped",
+                extra={"subscription_id": sub_id, "error": str(exc)},
+            )
+            return
+        sub = open_secrets(self._box, sub)  # a wrong key raises ConfigError: never garbage
+        self._subs[sub.id] = sub
+        self._index.upsert(
+            sub.id, sub.tenant_id, sub.filters, active=sub.status is SubscriptionStatus.ACTIVE
+        )
+
+
+def seal_secrets(box: SecretBox, sub: Subscription) -> Subscription:
+    """``sub`` with its secrets as they are stored (encrypted when a key is configured)."""
+    sealed = tuple(Secret(box.seal(s.value, sub.id), s.not_after) for s in sub.secrets)
+    return dataclasses.replace(sub, secrets=sealed)
+
+
+def open_secrets(box: SecretBox, sub: Subscription) -> Subscription:
+    """``sub`` with its stored secrets decrypted."""
+    opened = tuple(Secret(box.open(s.value, sub.id), s.not_after) for s in sub.secrets)
+    return dataclasses.replace(sub, secrets=opened)
+
+
 def publish_subscription(producer: Producer, settings: Settings, sub: Subscription) -> None:
-    """Write a subscription to the registry topic (the caller flushes)."""
-    produce(producer, settings.topic("subscriptions"), sub.id, codec.encode(sub))
+    """Write a subscription to the registry topic, secrets sealed (the caller flushes)."""
+    stored = seal_secrets(SecretBox.from_settings(settings), sub)
+    produce(producer, settings.topic("subscriptions"), sub.id, codec.encode(stored))
 
 
 def delete_subscription(producer: Producer, settings: Settings, subscription_id: str) -> None:
     """Write a tombstone: the subscription is deleted (an explicit act, never a suspension)."""
     producer.produce(settings.topic("subscriptions"), key=subscription_id.encode(), value=None)
+
+
+# --- tenant API keys (Q6) -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApiKey:
+    """A tenant's admin API key, as stored: only the SHA-256 of the key, never the key."""
+
+    key_id: str
+    tenant_id: str
+    key_hash: str  # hex SHA-256 of the whole key text
+    name: str
+    created_at: int
+
+
+def key_hash(token: str) -> str:
+    """The stored form of a key. Keys are 256-bit random values, so a plain hash suffices."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ApiKeyRegistry(CompactedTopicView):
+    """Every live tenant API key, kept current from the `apikeys` topic; a tombstone revokes."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings, "apikeys")
+        self._keys: dict[str, ApiKey] = {}
+
+    def all(self) -> list[ApiKey]:
+        return list(self._keys.values())
+
+    def get(self, key_id: str) -> ApiKey | None:
+        return self._keys.get(key_id)
+
+    def lookup(self, key_id: str, token: str) -> ApiKey | None:
+        """The key whose id is ``key_id`` if ``token`` is that key (constant-time compare)."""
+        found = self._keys.get(key_id)
+        if found is None or not hmac.compare_digest(found.key_hash, key_hash(token)):
+            return None
+        return found
+
+    def apply(self, key: bytes | None, value: bytes | None) -> None:
+        if key is None:
+            return
+        key_id = key.decode()
+        if value is None:
+            self._keys.pop(key_id, None)
+            return
+        try:
+            record = orjson.loads(value)
+            self._keys[key_id] = ApiKey(
+                key_id=key_id,
+                tenant_id=str(record["tenant_id"]),
+                key_hash=str(record["key_hash"]),
+                name=str(record.get("name", "")),
+                created_at=int(record["created_at"]),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            log.error("undecodable api key record skipped", extra={"key_id": key_id})
+
+
+def publish_api_key(producer: Producer, settings: Settings, key: ApiKey) -> None:
+    """Write a key record (hash only) to the `apikeys` topic (the caller flushes)."""
+    record = {
+        "v": 1,
+        "tenant_id": key.tenant_id,
+        "key_hash": key.key_hash,
+        "name": key.name,
+        "created_at": key.created_at,
+    }
+    produce(producer, settings.topic("apikeys"), key.key_id, orjson.dumps(record))
+
+
+def revoke_api_key(producer: Producer, settings: Settings, key_id: str) -> None:
+    """Write a tombstone: the key stops working on every worker within moments."""
+    producer.produce(settings.topic("apikeys"), key=key_id.encode(), value=None)

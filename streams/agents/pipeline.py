@@ -15,11 +15,12 @@ from typing import Any
 
 from mode import Service
 
-from streams.adapters.http import AiohttpTransport, Transport
+from streams.adapters.http import Transport
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import make_producer
 from streams.adapters.registry import SubscriptionRegistry
 from streams.adapters.runtime_config import RuntimeConfig
+from streams.adapters.ssrf import guarded_transport
 from streams.agents.dispatcher import Dispatcher
 from streams.agents.router import Router
 from streams.settings import Settings
@@ -38,7 +39,7 @@ class Pipeline:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.config = RuntimeConfig()
-        self.registry = SubscriptionRegistry(settings)
+        self.registry = SubscriptionRegistry(settings, self.config)
         self.producer = make_producer(settings)
         self.transport: Transport | None = None
         self.router: Router | None = None
@@ -95,8 +96,11 @@ class Pipeline:
 
 
 def _default_transport(settings: Settings) -> Transport:
-    return AiohttpTransport(
-        max_connections=settings.dispatch_concurrency, body_cap=settings.response_body_cap
+    """aiohttp behind the SSRF guard (Q4), unless private destinations are allowed."""
+    return guarded_transport(
+        settings,
+        max_connections=settings.dispatch_concurrency,
+        body_cap=settings.response_body_cap,
     )
 
 

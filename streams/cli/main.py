@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "demo": "streams.cli.demo:demo",
     "config": "streams.cli.config:config",
     "lag": "streams.cli.lag:lag",
+    "keys": "streams.cli.keys:keys",
 }
 
 

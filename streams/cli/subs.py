@@ -1,16 +1,20 @@
-"""`hookstream subs`: manage subscriptions."""
+"""`hookstream subs`: manage subscriptions (the same service functions as the admin API)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import click
 
+from streams.adapters.ssrf import guarded_transport
 from streams.cli.common import echo_json, json_option, settings
 from streams.services import subscriptions as service
 
 
 @click.group()
 def subs() -> None:
-    """Create, list, show and delete subscriptions."""
+    """Create, list, show, update, disable, enable, test and delete subscriptions."""
 
 
 @subs.command()
@@ -66,10 +70,16 @@ def create(
 
 @subs.command(name="list")
 @click.option("--tenant", "tenant_id", default=None, help="Only this tenant.")
+@click.option(
+    "--status",
+    type=click.Choice(["active", "suspended", "disabled"]),
+    default=None,
+    help="Only this status.",
+)
 @json_option
-def list_(tenant_id: str | None, as_json: bool) -> None:
+def list_(tenant_id: str | None, status: str | None, as_json: bool) -> None:
     """List subscriptions."""
-    found = service.list_subscriptions(settings(), tenant_id)
+    found = service.list_subscriptions(settings(), tenant_id, status)
     if as_json:
         echo_json([service.public_view(s) for s in found])
         return
@@ -103,3 +113,109 @@ def delete(subscription_id: str, yes: bool) -> None:
         click.confirm(f"delete {subscription_id} and its secrets for good?", abort=True)
     service.remove_subscription(settings(), subscription_id)
     click.echo(f"deleted {subscription_id}")
+
+
+def _show(view: dict[str, object], as_json: bool) -> None:
+    if as_json:
+        echo_json(view)
+        return
+    for key, value in view.items():
+        click.echo(f"{key:>14}: {value}")
+
+
+@subs.command()
+@click.argument("subscription_id")
+@click.option(
+    "--set",
+    "changes",
+    multiple=True,
+    metavar="FIELD=JSON",
+    help="A field and its new value as JSON, e.g. --set timeout_s=5 --set 'filters=[\"a.*\"]'. "
+    "A value that is not JSON is taken as a string; null clears an optional field.",
+)
+@json_option
+def update(subscription_id: str, changes: tuple[str, ...], as_json: bool) -> None:
+    """Change fields of a subscription (validated as on creation)."""
+    patch: dict[str, object] = {}
+    for change in changes:
+        name, sep, text = change.partition("=")
+        if not sep:
+            raise click.BadParameter("use FIELD=JSON", param_hint="--set")
+        try:
+            patch[name] = json.loads(text)
+        except ValueError:
+            patch[name] = text
+    if not patch:
+        raise click.UsageError("nothing to change: give at least one --set")
+    sub = service.update_subscription(settings(), subscription_id, patch)
+    _show(service.public_view(sub), as_json)
+
+
+@subs.command()
+@click.argument("subscription_id")
+@json_option
+def disable(subscription_id: str, as_json: bool) -> None:
+    """Disable by hand (status disabled, reason manual); events wait in the archive."""
+    sub = service.disable_subscription(settings(), subscription_id)
+    if as_json:
+        echo_json(service.public_view(sub))
+    else:
+        click.echo(f"disabled {sub.id}  status={sub.status.value}")
+
+
+@subs.command()
+@click.argument("subscription_id")
+@json_option
+def enable(subscription_id: str, as_json: bool) -> None:
+    """Enable a disabled subscription."""
+    sub = service.enable_subscription(settings(), subscription_id)
+    if as_json:
+        echo_json(service.public_view(sub))
+    else:
+        click.echo(f"enabled {sub.id}  status={sub.status.value}")
+
+
+@subs.command(name="rotate-secret")
+@click.argument("subscription_id")
+@click.option(
+    "--grace",
+    "grace_s",
+    type=float,
+    default=service.DEFAULT_GRACE_S,
+    show_default=True,
+    help="Seconds the old secret keeps signing.",
+)
+@json_option
+def rotate_secret(subscription_id: str, grace_s: float, as_json: bool) -> None:
+    """Rotate the signing secret; prints the new one once."""
+    sub, secret = service.rotate_secret(settings(), subscription_id, grace_s=grace_s)
+    if as_json:
+        echo_json({**service.public_view(sub), "secret": secret})
+        return
+    click.echo(f"rotated {sub.id}; the old secret signs for another {grace_s:g}s")
+    click.echo(f"secret  {secret}  (shown once)")
+
+
+@subs.command(name="test")
+@click.argument("subscription_id")
+@json_option
+def test_(subscription_id: str, as_json: bool) -> None:
+    """Send a signed webhook.test event now and print the outcome."""
+    config = settings()
+    sub = service.get_subscription(config, subscription_id)
+
+    async def send() -> service.TestResult:
+        transport = guarded_transport(config, body_cap=config.response_body_cap)
+        try:
+            return await service.send_test(sub, transport)
+        finally:
+            await transport.aclose()
+
+    result = asyncio.run(send())
+    if as_json:
+        echo_json(result)
+        return
+    click.echo(
+        f"{result.outcome} ({result.reason}) status={result.status} "
+        f"{result.latency_ms:.1f} ms{'  ' + result.error if result.error else ''}"
+    )

@@ -36,6 +36,7 @@ REQUIRED_TOPICS = (
     "health",
     "control",
     "notifications",
+    "apikeys",
 )
 #: The template that expands to one ``retry.<delay>`` topic per retry delay (D6).
 RETRY = "retry"

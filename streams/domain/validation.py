@@ -43,6 +43,26 @@ FIELDS = frozenset(
         "headers",
     }
 )
+#: What an update (PATCH) may change; the tenant of a subscription never changes.
+UPDATABLE = FIELDS - {"tenant_id"}
+
+
+def validate_tenant_id(value: Any) -> str:
+    """A tenant id, or ValidationError naming ``tenant_id``."""
+    if not (isinstance(value, str) and _TENANT.match(value)):
+        raise ValidationError({"tenant_id": "is required: 1-128 characters of A-Z a-z 0-9 . _ -"})
+    return value
+
+
+def check_update_fields(patch: Mapping[str, Any]) -> None:
+    """Refuse an update that names fields it may not change; names each one."""
+    errors = {
+        name: "cannot be changed" if name in FIELDS else "unknown field"
+        for name in patch
+        if name not in UPDATABLE
+    }
+    if errors:
+        raise ValidationError(errors)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,137 @@
+"""The admin API as a worker component: `api_component(app, settings)` (SPEC S2, §4).
+
+It registers one Faust web view per path of the route table (``streams.api.routes``) and a
+service that follows the `apikeys` topic (tenant keys) and, when the worker runs no pipeline,
+the `subscriptions` topic. Every request goes through `dispatch`: authenticate, parse the JSON
+body, call the view, and render typed errors in one place (``streams.api.errors``).
+
+Routing a request to the worker that owns some table partition (faust ``table_route``) is not
+needed yet: every view reads state every worker holds (the registries) or Kafka itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from faust.web import View
+from mode import Service
+
+from streams.adapters.registry import ApiKeyRegistry, SubscriptionRegistry
+from streams.api.auth import OPERATOR, Principal, authenticate
+from streams.api.context import ApiContext, ApiRequest
+from streams.api.errors import BadRequestError, Rendered, render
+from streams.api.routes import ROUTES, Route
+from streams.errors import HookstreamError
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+__all__ = ["api_component", "dispatch"]
+
+
+async def _body(route: Route, request: Any) -> Any:
+    if route.request is None:
+        return None
+    raw = await request.read()
+    if not raw.strip():
+        if route.request_required:
+            raise BadRequestError("a JSON object body is required")
+        return None
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise BadRequestError("the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequestError("the body must be a JSON object")
+    return body
+
+
+def _principal(ctx: ApiContext, route: Route, request: Any) -> Principal:
+    if not route.auth:
+        return OPERATOR  # the route reads nothing tenant-specific
+    token = ctx.settings.admin_token
+    admin = None if token is None else token.get_secret_value()
+    return authenticate(request.headers.get("Authorization"), admin, ctx.keys)
+
+
+async def dispatch(ctx: ApiContext, route: Route, request: Any) -> Rendered:
+    """Handle one request for ``route``: (status, JSON body, headers)."""
+    try:
+        principal = _principal(ctx, route, request)
+        parsed = ApiRequest(
+            principal=principal,
+            params=dict(request.match_info),
+            query=dict(request.query),
+            body=await _body(route, request),
+        )
+        reply = await route.handler(ctx, parsed)
+    except HookstreamError as exc:
+        return render(exc)
+    return reply.status, reply.body, {}
+
+
+ViewMethod = Callable[..., Awaitable[Any]]
+
+
+def _method(ctx: ApiContext, route: Route) -> ViewMethod:
+    async def handle(self: View, request: Any, **_params: Any) -> Any:
+        status, body, headers = await dispatch(ctx, route, request)
+        return self.json(body, status=status, headers=headers)
+
+    handle.__name__ = route.operation_id
+    return handle
+
+
+def _views(ctx: ApiContext) -> dict[str, type[View]]:
+    """One view class per path, with a method per route on that path."""
+    by_path: dict[str, dict[str, ViewMethod]] = {}
+    for route in ctx.routes:
+        by_path.setdefault(route.path, {})[route.method] = _method(ctx, route)
+    return {
+        path: type(f"Api{index}", (View,), dict(methods))
+        for index, (path, methods) in enumerate(by_path.items())
+    }
+
+
+async def _follow(view: ApiKeyRegistry | SubscriptionRegistry, stop: asyncio.Event) -> None:
+    try:
+        await view.run(stop)
+    except HookstreamError as exc:
+        log.error("admin API cannot follow a topic: %s", exc)
+
+
+def api_component(app: Any, settings: Settings) -> None:
+    """Faust component: serve the admin API under /v1 and /openapi.json."""
+    ctx = ApiContext(settings=settings, app=app, routes=ROUTES)
+    app.hookstream_api = ctx
+    for path, view in _views(ctx).items():
+        app.page(path, name=f"hookstream-api:{path}")(view)
+
+    class ApiService(Service):
+        """Follows the apikeys topic (and subscriptions, with no pipeline) while serving."""
+
+        _stop: asyncio.Event
+        _followers: list[asyncio.Task[None]]
+
+        async def on_start(self) -> None:
+            self._stop = asyncio.Event()
+            ctx.keys = ApiKeyRegistry(settings)
+            views: list[ApiKeyRegistry | SubscriptionRegistry] = [ctx.keys]
+            if getattr(app, "hookstream_pipeline", None) is None:
+                ctx.own_registry = SubscriptionRegistry(settings)
+                views.append(ctx.own_registry)
+            self._followers = [asyncio.create_task(_follow(view, self._stop)) for view in views]
+
+        async def on_stop(self) -> None:
+            self._stop.set()
+            for task in self._followers:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait_for(task, 10)
+            await ctx.aclose()
+
+    app.service(ApiService)

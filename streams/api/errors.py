@@ -1,0 +1,86 @@
+"""HTTP errors of the admin API, and the one place where exceptions become responses.
+
+Views raise hookstream's typed errors (``streams.errors``) or the HTTP-only ones below; `render`
+turns any of them into a status, a JSON body and headers:
+
+====================  ======  ====================================================
+exception             status  body
+====================  ======  ====================================================
+UnauthorizedError          401     {"error": "unauthorized", "message"} + WWW-Authenticate
+BadRequestError            400     {"error": "bad_request", "message"} (e.g. bad JSON)
+ValidationError       422     {"error": "validation", "fields": {name: message}}
+NotFoundError         404     {"error": "not_found", "message"}
+ConflictError         409     {"error": "conflict", "message"}
+NotImplementedYetError     501     {"error": "not_implemented", "message"}
+ConfigError           503     {"error": "unavailable", "message"}
+other HookstreamError 503     {"error": "unavailable", "message"} (Kafka unreachable...)
+====================  ======  ====================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streams.errors import (
+    ConfigError,
+    ConflictError,
+    HookstreamError,
+    NotFoundError,
+    ValidationError,
+)
+
+REALM = 'Bearer realm="hookstream"'
+
+
+class ApiError(HookstreamError):
+    """An error that exists only at the HTTP edge."""
+
+    status = 500
+    code = "error"
+
+    def __init__(self, message: str, headers: dict[str, str] | None = None) -> None:
+        self.message = message
+        self.headers = headers or {}
+        super().__init__(message)
+
+
+class UnauthorizedError(ApiError):
+    status = 401
+    code = "unauthorized"
+
+    def __init__(self, message: str, *, invalid: bool) -> None:
+        challenge = f'{REALM}, error="invalid_token"' if invalid else REALM
+        super().__init__(message, {"WWW-Authenticate": challenge})
+
+
+class BadRequestError(ApiError):
+    status = 400
+    code = "bad_request"
+
+
+class NotImplementedYetError(ApiError):
+    status = 501
+    code = "not_implemented"
+
+
+class UnavailableError(ApiError):
+    status = 503
+    code = "unavailable"
+
+
+Rendered = tuple[int, dict[str, Any], dict[str, str]]
+
+
+def render(exc: HookstreamError) -> Rendered:
+    """The response for a typed error: (status, JSON body, headers)."""
+    if isinstance(exc, ApiError):
+        return exc.status, {"error": exc.code, "message": exc.message}, exc.headers
+    if isinstance(exc, ValidationError):
+        return 422, {"error": "validation", "fields": exc.fields}, {}
+    if isinstance(exc, NotFoundError):
+        return 404, {"error": "not_found", "message": str(exc)}, {}
+    if isinstance(exc, ConflictError):
+        return 409, {"error": "conflict", "message": str(exc)}, {}
+    if isinstance(exc, ConfigError):
+        return 503, {"error": "unavailable", "message": str(exc)}, {}
+    return 503, {"error": "unavailable", "message": str(exc)}, {}

@@ -1,0 +1,89 @@
+"""The OpenAPI 3.1 document of the admin API, built from the route table (see `routes`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from streams import __version__
+from streams.api.schemas import ERROR
+
+_PARAM = re.compile(r"{(\w+)}")
+_REASONS = {
+    200: "OK",
+    201: "Created",
+    400: "The body is not a JSON object",
+    401: "Missing or invalid API key",
+    404: "Not found, or not visible to this key",
+    409: "Conflicts with the subscription's state",
+    422: "Invalid input; fields names each bad field",
+    501: "Not available in this release yet",
+    503: "Kafka or the registry is not reachable right now",
+}
+
+
+def _error(status: int) -> dict[str, Any]:
+    return {
+        "description": _REASONS[status],
+        "content": {"application/json": {"schema": ERROR}},
+    }
+
+
+def _operation(route: Any) -> dict[str, Any]:
+    params = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in _PARAM.findall(route.path)
+    ]
+    params += [
+        {"name": q.name, "in": "query", "required": False, "schema": q.schema,
+         "description": q.description}
+        for q in route.query
+    ]  # fmt: skip
+    responses: dict[str, Any] = {
+        str(route.status): {
+            "description": _REASONS[route.status],
+            "content": {"application/json": {"schema": route.response}},
+        }
+    }
+    statuses = set(route.errors) | ({401, 503} if route.auth else set())
+    for status in sorted(statuses):
+        responses[str(status)] = _error(status)
+    operation: dict[str, Any] = {
+        "operationId": route.operation_id,
+        "summary": route.summary,
+        "tags": [route.tag],
+        "parameters": params,
+        "responses": responses,
+    }
+    if route.request is not None:
+        operation["requestBody"] = {
+            "required": route.request_required,
+            "content": {"application/json": {"schema": route.request}},
+        }
+    operation["security"] = [{"bearer": []}] if route.auth else []
+    return operation
+
+
+def build_openapi(routes: Iterable[Any]) -> dict[str, Any]:
+    """The document: one operation per route, with its request and response schemas."""
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        paths.setdefault(route.path, {})[route.method] = _operation(route)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "hookstream admin API",
+            "version": __version__,
+            "description": "Manage webhook subscriptions, read the delivery ledger and dead "
+            "letters. Bearer keys: the operator key sees everything; a tenant key sees only "
+            "its own tenant (404 for anything else).",
+        },
+        "paths": paths,
+        "components": {
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "An API key."}
+            }
+        },
+        "security": [{"bearer": []}],
+    }

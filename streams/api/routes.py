@@ -1,0 +1,107 @@
+"""The one route table of the admin API: it registers the views AND builds /openapi.json.
+
+Because both come from `ROUTES`, the document cannot drift from what the worker serves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from streams.api import schemas as s
+from streams.api import views as v
+from streams.api.context import ApiContext, ApiRequest, Reply
+
+Handler = Callable[[ApiContext, ApiRequest], Awaitable[Reply]]
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A query parameter: its name, JSON Schema and description."""
+
+    name: str
+    schema: s.Schema
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    method: str  # lower case: get, post, patch, delete
+    path: str  # aiohttp/OpenAPI style: /v1/subscriptions/{id}
+    handler: Handler
+    summary: str
+    response: s.Schema
+    status: int = 200
+    request: s.Schema | None = None
+    request_required: bool = True
+    query: tuple[Query, ...] = ()
+    errors: tuple[int, ...] = ()
+    auth: bool = True
+    tag: str = "subscriptions"
+
+    @property
+    def operation_id(self) -> str:
+        return self.handler.__name__
+
+
+_LIMIT = Query("limit", {"type": "integer", "minimum": 1, "maximum": 500}, "Page size.")
+_SUB = "/v1/subscriptions/{id}"
+_404 = (404,)
+
+ROUTES: tuple[Route, ...] = (
+    Route("get", "/v1/subscriptions", v.list_subscriptions, "List subscriptions.",
+          s.SUBSCRIPTION_LIST, errors=(422,), query=(
+              Query("tenant_id", {"type": "string"}, "Only this tenant (operator key)."),
+              Query("status", {"type": "string", "enum": ["active", "suspended", "disabled"]},
+                    "Only this status."),
+              _LIMIT,
+              Query("cursor", {"type": "string"}, "next_cursor of the previous page."))),
+    Route("post", "/v1/subscriptions", v.create_subscription,
+          "Create a subscription; the answer holds its signing secret, shown only this once.",
+          s.SUBSCRIPTION, status=201, request=s.SUBSCRIPTION_CREATE, errors=(400, 422)),
+    Route("get", _SUB, v.get_subscription, "Show a subscription.", s.SUBSCRIPTION, errors=_404),
+    Route("patch", _SUB, v.update_subscription, "Change some fields of a subscription.",
+          s.SUBSCRIPTION, request=s.SUBSCRIPTION_UPDATE, errors=(400, 404, 422)),
+    Route("delete", _SUB, v.delete_subscription, "Delete a subscription for good.", s.DELETED,
+          errors=_404),
+    Route("post", f"{_SUB}/disable", v.disable_subscription,
+          "Disable by hand (status disabled, reason manual).", s.SUBSCRIPTION,
+          errors=(404, 409)),
+    Route("post", f"{_SUB}/enable", v.enable_subscription, "Enable a disabled subscription.",
+          s.SUBSCRIPTION, errors=(404, 409)),
+    Route("post", f"{_SUB}/test", v.test_subscription,
+          "Send a signed webhook.test event now and report the outcome.", s.TEST_RESULT,
+          errors=_404),
+    Route("post", f"{_SUB}/rotate-secret", v.rotate_secret,
+          "New signing secret, shown once; the old one keeps signing for grace_s.",
+          s.SUBSCRIPTION, request=s.ROTATE_REQUEST, request_required=False,
+          errors=(400, 404, 422)),
+    Route("get", f"{_SUB}/deliveries", v.subscription_deliveries,
+          "The subscription's deliveries from the ledger.", s.DELIVERY_LIST,
+          errors=(404, 422), tag="deliveries", query=(
+              Query("status", {"type": "string", "enum": ["pending", "delivering", "success",
+                                                          "error", "exhausted", "dead"]},
+                    "Only deliveries in this state."), _LIMIT)),
+    Route("get", f"{_SUB}/health", v.subscription_health,
+          "Health record and breaker state (not available yet: 501).", s.ERROR,
+          errors=(404, 501), tag="health"),
+    Route("post", f"{_SUB}/reenable", v.reenable_subscription,
+          "Re-enable a suspended subscription behind a probe (not available yet: 501).",
+          s.ERROR, errors=(404, 501)),
+    Route("post", f"{_SUB}/replay", v.replay_subscription,
+          "Replay a time range (not available yet: 501).", s.ERROR, errors=(404, 501)),
+    Route("get", "/v1/deliveries/{id}", v.get_delivery, "A delivery and all its attempts.",
+          s.DELIVERY, errors=_404, tag="deliveries"),
+    Route("get", "/v1/dlq", v.list_dead_letters, "Dead letters.", s.DEAD_LETTER_LIST,
+          errors=(404, 422), tag="deliveries", query=(
+              Query("subscription_id", {"type": "string"}, "Only this subscription."),
+              Query("reason", {"type": "string"}, "Reason prefix, e.g. http_404."),
+              Query("since", {"type": "integer", "minimum": 0}, "From (epoch ms, inclusive)."),
+              Query("until", {"type": "integer", "minimum": 0}, "To (epoch ms, exclusive)."),
+              _LIMIT)),
+    Route("get", "/v1/health", v.health_summary,
+          "Counts of active, suspended, disabled and failing subscriptions (not available "
+          "yet: 501).", s.ERROR, errors=(501,), tag="health"),
+    Route("get", "/openapi.json", v.openapi_document, "This OpenAPI document.",
+          s.OPENAPI_DOCUMENT, auth=False, tag="meta"),
+)  # fmt: skip

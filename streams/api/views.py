@@ -1,0 +1,265 @@
+"""The admin API's views: parse, call a service function, render. Nothing else.
+
+Each view takes the `ApiContext` and an `ApiRequest` (already authenticated, JSON already
+parsed) and returns a `Reply`; errors are raised typed and rendered in ``streams.api.errors``.
+Blocking service calls (Kafka produce, topic scans) run in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import dataclasses
+from enum import Enum
+from typing import Any
+
+import orjson
+
+from streams.api.context import ApiContext, ApiRequest, Reply
+from streams.api.errors import NotImplementedYetError
+from streams.api.openapi import build_openapi
+from streams.domain.models import DeliveryState, Subscription, SubscriptionStatus
+from streams.errors import NotFoundError, ValidationError
+from streams.services import ledger
+from streams.services import subscriptions as service
+
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 500
+_STATUSES = frozenset(s.value for s in SubscriptionStatus)
+_STATES = frozenset(s.value for s in DeliveryState)
+
+
+def plain(value: Any) -> Any:
+    """Records to JSON-able values: dataclasses to objects, enums to values, bytes to text."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+# --- query parsing -------------------------------------------------------------------------------
+
+
+def _limit(query: dict[str, str]) -> int:
+    text = query.get("limit", str(DEFAULT_LIMIT))
+    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        raise ValidationError({"limit": f"must be a whole number from 1 to {MAX_LIMIT}"})
+    return int(text)
+
+
+def _choice(query: dict[str, str], name: str, allowed: frozenset[str]) -> str | None:
+    value = query.get(name)
+    if value is not None and value not in allowed:
+        raise ValidationError({name: f"must be one of {sorted(allowed)}"})
+    return value
+
+
+def _millis(query: dict[str, str], name: str) -> int | None:
+    text = query.get(name)
+    if text is None:
+        return None
+    if not text.isdigit() or len(text) > 15:
+        raise ValidationError({name: "must be Unix epoch milliseconds"})
+    return int(text)
+
+
+def _sort_key(sub: Subscription) -> tuple[str, int, str]:
+    return (sub.tenant_id, sub.created_at, sub.id)
+
+
+def _encode_cursor(sub: Subscription) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps(list(_sort_key(sub)))).decode()
+
+
+def _decode_cursor(text: str) -> tuple[str, int, str]:
+    try:
+        tenant, created, sub_id = orjson.loads(base64.urlsafe_b64decode(text.encode()))
+        if isinstance(tenant, str) and isinstance(created, int) and isinstance(sub_id, str):
+            return tenant, created, sub_id
+    except (binascii.Error, ValueError, TypeError, orjson.JSONDecodeError):
+        pass
+    raise ValidationError({"cursor": "is not a cursor this API returned"})
+
+
+def _tenant_filter(req: ApiRequest) -> str | None:
+    wanted = req.query.get("tenant_id")
+    if req.principal.is_operator:
+        return wanted
+    if wanted is not None and wanted != req.principal.tenant_id:
+        return "\x00"  # another tenant: an empty page, never a hint that it exists
+    return req.principal.tenant_id
+
+
+# --- subscriptions -------------------------------------------------------------------------------
+
+
+async def list_subscriptions(ctx: ApiContext, req: ApiRequest) -> Reply:
+    limit = _limit(req.query)
+    status = _choice(req.query, "status", _STATUSES)
+    cursor = req.query.get("cursor")
+    after = _decode_cursor(cursor) if cursor else None
+    found = service.list_subscriptions(
+        ctx.settings, _tenant_filter(req), status, source=await ctx.ready_registry()
+    )
+    if after is not None:
+        found = [s for s in found if _sort_key(s) > after]
+    page = found[:limit]
+    more = len(found) > limit
+    return Reply(
+        200,
+        {
+            "items": [service.public_view(s) for s in page],
+            "next_cursor": _encode_cursor(page[-1]) if more and page else None,
+        },
+    )
+
+
+async def create_subscription(ctx: ApiContext, req: ApiRequest) -> Reply:
+    data = dict(req.body)
+    own = req.principal.tenant_id
+    if own is not None and data.setdefault("tenant_id", own) != own:
+        raise ValidationError({"tenant_id": "a tenant key creates for its own tenant only"})
+    sub = await asyncio.to_thread(service.create_subscription, ctx.settings, data)
+    await ctx.settled(sub.id, sub.updated_at)
+    return Reply(201, service.public_view(sub, show_secret=True))
+
+
+async def get_subscription(ctx: ApiContext, req: ApiRequest) -> Reply:
+    sub = await ctx.visible(req.principal, req.params["id"])
+    return Reply(200, service.public_view(sub))
+
+
+async def update_subscription(ctx: ApiContext, req: ApiRequest) -> Reply:
+    sub_id = req.params["id"]
+    source = await ctx.ready_registry()
+    await ctx.visible(req.principal, sub_id)
+    sub = await asyncio.to_thread(
+        service.update_subscription, ctx.settings, sub_id, req.body, source=source
+    )
+    await ctx.settled(sub.id, sub.updated_at)
+    return Reply(200, service.public_view(sub))
+
+
+async def delete_subscription(ctx: ApiContext, req: ApiRequest) -> Reply:
+    sub_id = req.params["id"]
+    source = await ctx.ready_registry()
+    await ctx.visible(req.principal, sub_id)
+    await asyncio.to_thread(service.remove_subscription, ctx.settings, sub_id, source=source)
+    await ctx.settled(sub_id, None)
+    return Reply(200, {"id": sub_id, "deleted": True})
+
+
+async def disable_subscription(ctx: ApiContext, req: ApiRequest) -> Reply:
+    return await _transition(ctx, req, service.disable_subscription)
+
+
+async def enable_subscription(ctx: ApiContext, req: ApiRequest) -> Reply:
+    return await _transition(ctx, req, service.enable_subscription)
+
+
+async def _transition(ctx: ApiContext, req: ApiRequest, change: Any) -> Reply:
+    sub_id = req.params["id"]
+    source = await ctx.ready_registry()
+    await ctx.visible(req.principal, sub_id)
+    sub: Subscription = await asyncio.to_thread(change, ctx.settings, sub_id, source=source)
+    await ctx.settled(sub.id, sub.updated_at)
+    return Reply(200, service.public_view(sub))
+
+
+async def rotate_secret(ctx: ApiContext, req: ApiRequest) -> Reply:
+    sub_id = req.params["id"]
+    body = req.body or {}
+    source = await ctx.ready_registry()
+    await ctx.visible(req.principal, sub_id)
+    grace = body.get("grace_s", service.DEFAULT_GRACE_S)
+    sub, secret = await asyncio.to_thread(
+        service.rotate_secret, ctx.settings, sub_id, grace_s=grace, source=source
+    )
+    await ctx.settled(sub.id, sub.updated_at)
+    return Reply(200, {**service.public_view(sub), "secret": secret})
+
+
+async def test_subscription(ctx: ApiContext, req: ApiRequest) -> Reply:
+    sub = await ctx.visible(req.principal, req.params["id"])
+    result = await service.send_test(sub, ctx.transport)
+    return Reply(200, plain(result))
+
+
+async def subscription_deliveries(ctx: ApiContext, req: ApiRequest) -> Reply:
+    sub = await ctx.visible(req.principal, req.params["id"])
+    state = _choice(req.query, "status", _STATES)
+    limit = _limit(req.query)
+    found = await asyncio.to_thread(ledger.list_deliveries, ctx.settings, sub.id, state)
+    return Reply(200, {"items": plain(found[-limit:])})
+
+
+# --- deliveries and dead letters ------------------------------------------------------------------
+
+
+async def get_delivery(ctx: ApiContext, req: ApiRequest) -> Reply:
+    delivery_id = req.params["id"]
+    history = await asyncio.to_thread(ledger.delivery_history, ctx.settings, delivery_id)
+    if not req.principal.sees(history[-1].tenant_id):
+        raise NotFoundError(f"delivery {delivery_id} not found in the ledger")
+    return Reply(200, {"summary": plain(ledger.summarise(history)), "attempts": plain(history)})
+
+
+async def list_dead_letters(ctx: ApiContext, req: ApiRequest) -> Reply:
+    sub_id = req.query.get("subscription_id")
+    if sub_id is not None and not req.principal.is_operator:
+        await ctx.visible(req.principal, sub_id)
+    since, until = _millis(req.query, "since"), _millis(req.query, "until")
+    limit = _limit(req.query)
+    letters = await asyncio.to_thread(
+        ledger.list_dead_letters, ctx.settings, sub_id, req.query.get("reason"), since, until
+    )
+    mine = [d for d in letters if req.principal.sees(d.tenant_id)]
+    return Reply(200, {"items": plain(mine[-limit:])})
+
+
+# --- being built elsewhere ----------------------------------------------------------------------
+
+
+async def subscription_health(ctx: ApiContext, req: ApiRequest) -> Reply:
+    await ctx.visible(req.principal, req.params["id"])
+    return health_summary_reply(ctx, req.params["id"])
+
+
+async def health_summary(ctx: ApiContext, req: ApiRequest) -> Reply:
+    del req
+    return health_summary_reply(ctx, None)
+
+
+def health_summary_reply(ctx: ApiContext, subscription_id: str | None) -> Reply:
+    """S4, for the lead to fill once the health table exists: the whole summary when
+    ``subscription_id`` is None, else that subscription's health record and breaker state."""
+    del ctx, subscription_id
+    raise NotImplementedYetError("the health summary is not available in this release yet")
+
+
+async def reenable_subscription(ctx: ApiContext, req: ApiRequest) -> Reply:
+    await ctx.visible(req.principal, req.params["id"])
+    raise NotImplementedYetError(
+        "re-enable behind a probe (R1) is not available in this release yet"
+    )
+
+
+async def replay_subscription(ctx: ApiContext, req: ApiRequest) -> Reply:
+    await ctx.visible(req.principal, req.params["id"])
+    raise NotImplementedYetError("replay (R3) is not available in this release yet")
+
+
+# --- the document -------------------------------------------------------------------------------
+
+
+async def openapi_document(ctx: ApiContext, req: ApiRequest) -> Reply:
+    del req
+    return Reply(200, build_openapi(ctx.routes))
