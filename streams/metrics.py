@@ -489,4 +489,8 @@ def metrics_component(app: faust.App, settings: Settings) -> None:
     @app.page("/metrics")
     async def metrics(web: Any, request: Any) -> Any:
         set_readiness(readiness(app))
-        return web.bytes(render(), content_type=CONTENT_TYPE_LATEST)
+        # aiohttp takes the charset apart from the media type; the text is UTF-8 as Prometheus
+        # expects of the text exposition format.
+        media_type = CONTENT_TYPE_LATEST.split(";")[0]
+        version = [p.strip() for p in CONTENT_TYPE_LATEST.split(";") if "version" in p]
+        return web.bytes(render(), content_type="; ".join([media_type, *version]))
