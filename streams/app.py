@@ -24,11 +24,13 @@ from typing import Any, Final, cast
 import faust
 from faust.tables.manager import TableManager
 
+from streams.adapters.kafka_admin import TopicAdmin
 from streams.adapters.lag import lag_component
 from streams.agents.health import health_component
 from streams.agents.notifier import notifier_component
 from streams.agents.pipeline import pipeline_component
 from streams.api import api_component
+from streams.domain.topology import TopicSpec
 from streams.logging import configure_logging
 from streams.metrics import metrics_component
 from streams.settings import Settings
@@ -186,6 +188,28 @@ def create_app(settings: Settings, components: Iterable[Component] = ()) -> faus
     return app
 
 
+def declare_changelogs(app: faust.App, settings: Settings) -> None:
+    """Create every table's changelog topic before the worker starts, with its partitions.
+
+    Faust would create them itself, but a changelog created while the consumer group forms can
+    be seen by Faust with 0 partitions, and every table write then fails. Creating them first
+    (compacted, as Faust would) avoids that; existing ones are left alone.
+    """
+    specs = [
+        TopicSpec(
+            name=table.changelog_topic.get_topic_name(),
+            full_name=table.changelog_topic.get_topic_name(),
+            partitions=table.partitions or app.conf.topic_partitions,
+            replication_factor=CHANGELOG_REPLICATION_FACTOR,
+            config={"cleanup.policy": "compact"},
+            description=f"changelog of table {table.name}",
+        )
+        for table in app.tables.values()
+    ]
+    if specs:
+        TopicAdmin(settings).create(specs)
+
+
 def run_worker(app: faust.App, settings: Settings) -> None:
     """Run `app` in the foreground until SIGTERM or SIGINT, then stop cleanly and return.
 
@@ -195,6 +219,7 @@ def run_worker(app: faust.App, settings: Settings) -> None:
     """
     configure_logging(settings.log_level)
     settings.tables_dir.mkdir(parents=True, exist_ok=True)
+    declare_changelogs(app, settings)
     worker = faust.Worker(
         app,
         loglevel=settings.log_level,

@@ -226,7 +226,12 @@ def health_component(app: Any, settings: Settings) -> None:
             except DecodeError as exc:
                 log.error("undecodable health outcome skipped: %s", exc)
                 continue
-            await agents.on_outcome(outcome)
+            try:
+                await agents.on_outcome(outcome)
+            except Exception:  # Faust would ack it anyway; never crash-loop on one record
+                log.exception(
+                    "health outcome not applied", extra={"subscription_id": outcome.subscription_id}
+                )
 
     @app.agent(agents.control_topic, name="hookstream-control", concurrency=1)  # type: ignore[untyped-decorator]
     async def control_agent(stream: Any) -> None:
@@ -237,4 +242,9 @@ def health_component(app: Any, settings: Settings) -> None:
             except DecodeError as exc:
                 log.error("undecodable control event skipped: %s", exc)
                 continue
-            await agents.on_control(event)
+            try:
+                await agents.on_control(event)
+            except Exception:  # Faust would ack it anyway; never crash-loop on one record
+                log.exception(
+                    "control event not applied", extra={"subscription_id": event.subscription_id}
+                )

@@ -109,5 +109,11 @@ def notifier_component(app: Any, settings: Settings) -> None:
                 continue
             if sent.get(note.notification_id) is not None:
                 continue  # already sent: a redelivery, or a second worker's copy
-            await notifier.deliver(note, notice, registry.get(note.subscription_id))
+            try:
+                await notifier.deliver(note, notice, registry.get(note.subscription_id))
+            except Exception:  # Faust would ack it anyway; never crash-loop on one record
+                log.exception(
+                    "notification failed", extra={"subscription_id": note.subscription_id}
+                )
+                continue
             sent[note.notification_id] = int(time.time() * 1000)

@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "config": "streams.cli.config:config",
     "lag": "streams.cli.lag:lag",
     "keys": "streams.cli.keys:keys",
+    "bench": "streams.cli.bench:bench",
 }
 
 

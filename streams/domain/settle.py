@@ -58,6 +58,16 @@ def origin_of(url: str) -> str:
     return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
 
 
+def _answer(status: int | None, excerpt: str | None) -> str | None:
+    """What the endpoint said, for the health record's last error (H1, H5)."""
+    if status is None:
+        return None
+    text = f"HTTP {status}"
+    if excerpt:
+        text += ": " + " ".join(excerpt.split())
+    return text[:ERROR_CHARS]
+
+
 def _excerpt(raw: bytes) -> str | None:
     if not raw:
         return None
@@ -108,7 +118,7 @@ def settle(
             origin=origin_of(url),
             attempts=delivery.attempt,
             http_status=result.status,
-            error=error,
+            error=error or _answer(result.status, excerpt),
         )
 
     if verdict.outcome is OutcomeClass.SUCCESS:

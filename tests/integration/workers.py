@@ -80,7 +80,7 @@ class WorkerProcess:
     def get(self, path: str, **kwargs: Any) -> httpx.Response:
         return httpx.get(f"http://127.0.0.1:{self.port}{path}", timeout=5, **kwargs)
 
-    def wait_ready(self, timeout_s: float = 60.0) -> None:
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             assert self.proc is not None

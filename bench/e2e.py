@@ -1,0 +1,360 @@
+"""hookstream's end-to-end benchmarks (SPEC P1, P2, P6, P7). See docs/benchmarks.md.
+
+    python -m bench.e2e --scenario throughput --runs 3 --events 50000
+    python -m bench.e2e --scenario latency --runs 3 --seconds 20 --rate 1000
+    python -m bench.e2e --scenario memory --subscriptions 100000 --seconds 20
+    python -m bench.e2e --scenario fanout --runs 3
+    python -m bench.e2e --scenario smoke --runs 1 --no-docs --results-dir /tmp/out
+
+Every run of throughput, latency, memory and smoke uses the real broker, its own topics and
+group id, ONE worker process and nginx as the receiver. Each scenario prints its figures, writes
+``bench/results/<scenario>-<timestamp>.json`` and, unless ``--no-docs``, adds a row to the
+results table of docs/benchmarks.md. Nothing here asserts on a number: these are benchmarks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import profile
+from bench.fanout import run_fanout
+from bench.http_clients import measure
+from bench.nginx import Nginx, nginx_receiver
+from bench.report import RESULTS_DIR, append_row, fmt, machine, median_of, write_json
+from bench.rig import Rig, RigConfig, latency_phase, throughput_phase
+from streams.adapters.http import AiohttpTransport, Transport
+
+SCENARIOS = ("throughput", "latency", "memory", "fanout", "smoke")
+SPEC_TARGETS = {
+    "throughput": "P1: >= 5,000 deliveries/s, one worker",
+    "latency": "P2: p50 <= 10 ms, p99 <= 50 ms at 1,000 events/s",
+    "memory": "P6: RSS <= 400 MiB with 100k subscriptions",
+    "fanout": "P7: cost grows with matching subscriptions, not the total (ratio ~1)",
+    "smoke": "none: CI checks that the benchmark works",
+}
+#: The worker's aiohttp pool allows this many connections to one host (AiohttpTransport).
+PER_HOST = 64
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def ceiling(receiver: Nginx, seconds: float) -> float:
+    """Requests/s of the hot-path transport alone, POSTing 1 KB bodies to the same nginx."""
+
+    def make() -> Transport:
+        return AiohttpTransport(max_connections=PER_HOST, per_host_limit=PER_HOST)
+
+    return asyncio.run(measure(make, receiver.url, PER_HOST, seconds))
+
+
+def rig_config(args: argparse.Namespace, subscriptions: int, bulk: int = 0) -> RigConfig:
+    return RigConfig(
+        bootstrap=args.bootstrap,
+        subscriptions=subscriptions,
+        bulk_subscriptions=bulk,
+        concurrency=args.concurrency,
+        batch_size=args.batch_size,
+    )
+
+
+# --- scenarios ------------------------------------------------------------------------------
+def scenario_throughput(args: argparse.Namespace, receiver: Nginx, work: Path) -> dict[str, Any]:
+    runs = []
+    for i in range(args.runs):
+        with Rig(rig_config(args, args.subs), receiver, work) as rig:
+            raw = ceiling(receiver, args.ceiling_seconds)
+            run = throughput_phase(rig, args.events)
+            run["ceiling_rps"] = raw
+            run["ratio_to_ceiling"] = run.get("deliveries_per_s", 0.0) / raw
+            runs.append(run)
+        say(
+            f"run {i + 1}: {fmt(run.get('deliveries_per_s'))} deliveries/s "
+            f"({run['delivered']}/{run['expected_deliveries']}), ceiling {fmt(raw)} req/s, "
+            f"worker CPU {fmt(run.get('worker_cpu_percent'), '%')}, "
+            f"RSS {fmt(run.get('worker_rss_mib'), ' MiB')}"
+        )
+    result: dict[str, Any] = {"runs": runs, "medians": _medians(runs, _THROUGHPUT_KEYS)}
+    if args.profile:
+        result["profile"] = _profiled_run(args, receiver, work, result["medians"])
+    return result
+
+
+_THROUGHPUT_KEYS = (
+    "deliveries_per_s",
+    "overall_per_s",
+    "ceiling_rps",
+    "ratio_to_ceiling",
+    "worker_cpu_percent",
+    "worker_rss_mib",
+)
+_LATENCY_KEYS = ("p50_ms", "p95_ms", "p99_ms", "max_ms", "worker_cpu_percent", "worker_rss_mib")
+
+
+def _medians(runs: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, float | None]:
+    return {key: median_of(runs, key) for key in keys}
+
+
+def _profiled_run(
+    args: argparse.Namespace, receiver: Nginx, work: Path, medians: dict[str, float | None]
+) -> dict[str, Any]:
+    """One more throughput run, not counted in the medians, with py-spy on the worker."""
+    rate = medians.get("deliveries_per_s") or 1000.0
+    drain_s = args.events * args.subs / rate
+    seconds = max(2.0, min(args.profile_seconds, drain_s * 0.7))
+    with Rig(rig_config(args, args.subs), receiver, work) as rig:
+        assert rig.worker is not None
+        out = args.results_dir / f"profile-{time.strftime('%Y%m%dT%H%M%S')}.txt"
+        recorder = profile.start_recording(rig.worker.pid, seconds, out)
+        if recorder is None:
+            return {"error": "py-spy is not installed (pip install 'hookstream[bench]')"}
+        run = throughput_phase(rig, args.events)
+        _, err = recorder.communicate(timeout=seconds + 60)
+    if not out.exists():
+        return {"error": f"py-spy wrote nothing: {err.decode(errors='replace')[-500:]}"}
+    summary = profile.summarise(out)
+    say(profile.markdown(summary))
+    return {"collapsed_stacks": str(out), "seconds": seconds, "run": run, **summary}
+
+
+def scenario_latency(args: argparse.Namespace, receiver: Nginx, work: Path) -> dict[str, Any]:
+    runs = []
+    for i in range(args.runs):
+        with Rig(rig_config(args, args.subs), receiver, work) as rig:
+            run = latency_phase(rig, args.rate, args.seconds, args.warmup)
+            runs.append(run)
+        say(
+            f"run {i + 1}: p50 {fmt(run['p50_ms'], ' ms', 1)}, p95 {fmt(run['p95_ms'], ' ms', 1)}"
+            f", p99 {fmt(run['p99_ms'], ' ms', 1)} ({run['delivered']}/{run['measured']}"
+            f" at {run['rate_published']:.0f}/s), worker CPU {fmt(run['worker_cpu_percent'], '%')}"
+        )
+    return {"runs": runs, "medians": _medians(runs, _LATENCY_KEYS)}
+
+
+def scenario_memory(args: argparse.Namespace, receiver: Nginx, work: Path) -> dict[str, Any]:
+    runs = []
+    for i in range(args.runs):
+        bulk = max(0, args.subscriptions - args.matching)
+        with Rig(rig_config(args, args.matching, bulk), receiver, work) as rig:
+            assert rig.worker is not None
+            ready_rss = rig.worker.last_rss() / 2**20
+            traffic = latency_phase(rig, args.rate, args.seconds, 0.0)
+            run = {
+                "subscriptions": args.subscriptions,
+                "ready_s": rig.ready_s,
+                "rss_ready_mib": ready_rss,
+                "rss_peak_mib": rig.worker.peak_rss() / 2**20,
+                "rss_end_mib": rig.worker.last_rss() / 2**20,
+                "traffic": traffic,
+            }
+            runs.append(run)
+        say(
+            f"run {i + 1}: {args.subscriptions:,} subscriptions, ready in {run['ready_s']:.1f}s;"
+            f" RSS ready {ready_rss:.0f} MiB, peak {run['rss_peak_mib']:.0f} MiB, "
+            f"end {run['rss_end_mib']:.0f} MiB ({traffic['delivered']} deliveries)"
+        )
+    keys = ("ready_s", "rss_ready_mib", "rss_peak_mib", "rss_end_mib")
+    return {"runs": runs, "medians": _medians(runs, keys)}
+
+
+def scenario_fanout(args: argparse.Namespace) -> dict[str, Any]:
+    result = run_fanout(args.fanout_small, args.subscriptions, args.matching, args.runs)
+    med = result["median_us"]
+    small, large = result["sizes"]
+    say(
+        f"match: {med[f'match_{small}']:.2f} µs ({small:,}) vs {med[f'match_{large}']:.2f} µs "
+        f"({large:,}): ratio {result['match_ratio']:.2f}"
+    )
+    say(
+        f"route: {med[f'route_{small}']:.1f} µs/event ({small:,}) vs "
+        f"{med[f'route_{large}']:.1f} µs/event ({large:,}): ratio {result['route_ratio']:.2f}"
+    )
+    ratios = {"match_ratio": result["match_ratio"], "route_ratio": result["route_ratio"]}
+    return {**result, "medians": {**med, **ratios}}
+
+
+def scenario_smoke(args: argparse.Namespace, receiver: Nginx, work: Path) -> dict[str, Any]:
+    """A few hundred events through throughput and latency on one worker: does it all work?"""
+    runs = []
+    for _ in range(args.runs):
+        with Rig(rig_config(args, args.subs), receiver, work) as rig:
+            raw = ceiling(receiver, args.ceiling_seconds)
+            through = throughput_phase(rig, args.events)
+            through["ceiling_rps"] = raw
+            latency = latency_phase(rig, args.rate, args.seconds, args.warmup)
+            runs.append({"throughput": through, "latency": latency})
+        say(
+            f"smoke: {fmt(through.get('deliveries_per_s'))} deliveries/s "
+            f"({through['delivered']}/{through['expected_deliveries']}), ceiling {fmt(raw)}; "
+            f"latency p50 {fmt(latency['p50_ms'], ' ms', 1)} "
+            f"({latency['delivered']}/{latency['measured']})"
+        )
+    medians = {
+        "deliveries_per_s": median_of([r["throughput"] for r in runs], "deliveries_per_s"),
+        "ceiling_rps": median_of([r["throughput"] for r in runs], "ceiling_rps"),
+        "p50_ms": median_of([r["latency"] for r in runs], "p50_ms"),
+        "p99_ms": median_of([r["latency"] for r in runs], "p99_ms"),
+    }
+    return {"runs": runs, "medians": medians}
+
+
+SCENARIO_FUNCS: dict[str, Callable[[argparse.Namespace, Nginx, Path], dict[str, Any]]] = {
+    "throughput": scenario_throughput,
+    "latency": scenario_latency,
+    "memory": scenario_memory,
+    "smoke": scenario_smoke,
+}
+
+
+# --- docs row -------------------------------------------------------------------------------
+def _row_figures(scenario: str, result: dict[str, Any]) -> tuple[str, str]:
+    med = result.get("medians", {})
+    if scenario == "throughput":
+        values = "/".join(fmt(r.get("deliveries_per_s")) for r in result["runs"])
+        return (
+            f"**{fmt(med['deliveries_per_s'])} deliveries/s** (runs {values}); "
+            f"{fmt(med['ratio_to_ceiling'], '', 2)}x ceiling; worker CPU "
+            f"{fmt(med['worker_cpu_percent'], '%')}, RSS {fmt(med['worker_rss_mib'], ' MiB')}",
+            f"{fmt(med['ceiling_rps'])} req/s",
+        )
+    if scenario == "latency":
+        return (
+            f"**p50 {fmt(med['p50_ms'], ' ms', 1)}, p95 {fmt(med['p95_ms'], ' ms', 1)}, "
+            f"p99 {fmt(med['p99_ms'], ' ms', 1)}** at {result['config']['rate']:.0f} events/s; "
+            f"worker CPU {fmt(med['worker_cpu_percent'], '%')}",
+            "n/a",
+        )
+    if scenario == "memory":
+        return (
+            f"**RSS peak {fmt(med['rss_peak_mib'], ' MiB')}** (ready "
+            f"{fmt(med['rss_ready_mib'], ' MiB')}, end {fmt(med['rss_end_mib'], ' MiB')}) with "
+            f"{result['config']['subscriptions']:,} subscriptions; registry ready in "
+            f"{fmt(med['ready_s'], ' s', 1)}",
+            "n/a",
+        )
+    if scenario == "fanout":
+        small, large = result["sizes"]
+        m = result["median_us"]
+        return (
+            f"match {m[f'match_{small}']:.2f}/{m[f'match_{large}']:.2f} µs "
+            f"(**ratio {result['match_ratio']:.2f}**); route {m[f'route_{small}']:.0f}/"
+            f"{m[f'route_{large}']:.0f} µs/event (**ratio {result['route_ratio']:.2f}**), "
+            f"{small:,} vs {large:,} subscriptions, {args_matching(result)} matching",
+            "n/a",
+        )
+    return (
+        f"{fmt(med.get('deliveries_per_s'))} deliveries/s; p50 {fmt(med.get('p50_ms'), ' ms', 1)}",
+        f"{fmt(med.get('ceiling_rps'))} req/s",
+    )
+
+
+def args_matching(result: dict[str, Any]) -> int:
+    return int(result["config"]["matching"])
+
+
+# --- command line ---------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__.split("\n")[0])
+    parser.add_argument("--scenario", choices=SCENARIOS, required=True)
+    parser.add_argument("--runs", type=int, default=3, help="runs; the median is reported")
+    parser.add_argument("--seconds", type=float, help="latency/memory: measured seconds")
+    parser.add_argument("--warmup", type=float, default=2.0, help="latency: seconds not counted")
+    parser.add_argument("--events", type=int, help="throughput/smoke: events published at once")
+    parser.add_argument("--rate", type=float, help="latency/memory: events published per second")
+    parser.add_argument("--subs", type=int, default=1, help="matching subscriptions (fan-out)")
+    parser.add_argument("--subscriptions", type=int, default=100_000, help="memory/fanout: total")
+    parser.add_argument("--matching", type=int, default=5, help="memory/fanout: how many match")
+    parser.add_argument("--fanout-small", type=int, default=1000, help="fanout: the small total")
+    parser.add_argument("--concurrency", type=int, default=256, help="worker dispatch concurrency")
+    parser.add_argument("--batch-size", type=int, default=500, help="worker dispatch batch size")
+    parser.add_argument("--ceiling-seconds", type=float, default=5.0)
+    parser.add_argument("--profile", action="store_true", help="throughput: +1 run under py-spy")
+    parser.add_argument("--profile-seconds", type=float, default=15.0)
+    parser.add_argument(
+        "--bootstrap", default=os.environ.get("HOOKSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    )
+    parser.add_argument("--start-kafka", action="store_true", help="start the local broker")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--no-docs", action="store_true", help="do not touch docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    smoke = args.scenario == "smoke"
+    defaults = {
+        "seconds": 3.0 if smoke else 20.0,
+        "events": 300 if smoke else 50_000,
+        "rate": 100.0 if smoke else (200.0 if args.scenario == "memory" else 1000.0),
+    }
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if smoke:
+        args.ceiling_seconds = min(args.ceiling_seconds, 1.0)
+        args.warmup = min(args.warmup, 1.0)
+    return args
+
+
+def _start_kafka(bootstrap: str) -> Callable[[], None]:
+    from streams.adapters.local_kafka import LocalKafka
+    from streams.settings import load_settings
+
+    kafka = LocalKafka(load_settings(kafka_bootstrap=bootstrap), say=say)
+    started = kafka.start()
+    say(f"kafka ready at {started.bootstrap} ({started.seconds:.1f}s)")
+    if started.already_running:
+        return lambda: None  # someone else's broker: leave it running
+
+    def stop() -> None:
+        kafka.stop()
+        say("kafka stopped")
+
+    return stop
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    load_before = list(os.getloadavg())
+    stop_kafka = _start_kafka(args.bootstrap) if args.start_kafka else (lambda: None)
+    say(f"{args.scenario}: {os.cpu_count()} cores, load average {load_before[0]:.1f}")
+    began = time.monotonic()
+    try:
+        if args.scenario == "fanout":  # in-process: no broker, worker or receiver
+            body = scenario_fanout(args)
+        else:
+            with (
+                tempfile.TemporaryDirectory(prefix="hookstream-bench-") as tmp,
+                nginx_receiver() as receiver,
+            ):
+                body = SCENARIO_FUNCS[args.scenario](args, receiver, Path(tmp))
+    finally:
+        stop_kafka()
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    result = {
+        "scenario": args.scenario,
+        "machine": machine(),
+        "load_before": load_before,
+        "seconds": time.monotonic() - began,
+        "config": config,
+        "spec_target": SPEC_TARGETS[args.scenario],
+        **body,
+    }
+    path = write_json(result, args.results_dir)
+    say(f"results: {path}")
+    say(json.dumps(result.get("medians", {}), indent=2, default=str))
+    if not args.no_docs:
+        figures, ceiling_text = _row_figures(args.scenario, result)
+        if append_row(result, figures, ceiling_text):
+            say("docs/benchmarks.md: row added")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

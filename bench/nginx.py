@@ -1,0 +1,148 @@
+"""The benchmark receiver: one nginx worker answering ``return 200`` on 127.0.0.1.
+
+nginx logs ``$msec $http_webhook_id`` for every request, so the benchmark learns when each
+delivery arrived (millisecond resolution, nginx's clock) without the receiver doing any work of
+its own. `ensure_nginx` installs it with apt on Debian when it is missing; everything else lives
+in a temporary directory that is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NGINX = Path("/usr/sbin/nginx")
+
+_CONF = """{user}worker_processes 1;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    log_format hookstream '$msec $http_webhook_id';
+    access_log {tmp}/access.log hookstream buffer=256k flush=200ms;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    client_body_buffer_size 64k;
+    keepalive_requests 1000000;
+    keepalive_timeout 120s;
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{ return 200; }}
+    }}
+}}
+"""
+
+
+def ensure_nginx() -> Path:
+    """The nginx binary; installs the Debian package (as root) when it is missing."""
+    found = shutil.which("nginx") or (str(NGINX) if NGINX.exists() else None)
+    if found:
+        return Path(found)
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise RuntimeError("nginx is missing: install it (apt-get install nginx-light) and retry")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "nginx-light"],
+    ):
+        subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+    if not NGINX.exists():
+        raise RuntimeError("apt-get installed nginx-light but /usr/sbin/nginx is missing")
+    return NGINX
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@dataclass
+class AccessLog:
+    """Reads the access log incrementally: ``received[webhook_id]`` is the first arrival (s)."""
+
+    path: Path
+    received: dict[str, float] = field(default_factory=dict)
+    repeats: dict[str, int] = field(default_factory=dict)  # arrivals after the first, by id
+    lines: int = 0
+    _offset: int = 0
+    _partial: bytes = b""
+
+    def poll(self) -> int:
+        """Read what nginx has written since the last call; return the new line count."""
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self._offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return 0
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        *complete, self._partial = data.split(b"\n")
+        for line in complete:
+            msec, _, webhook_id = line.partition(b" ")
+            key = webhook_id.decode("ascii", errors="replace")
+            if key in self.received:
+                self.repeats[key] = self.repeats.get(key, 0) + 1
+            else:
+                self.received[key] = float(msec)
+        self.lines += len(complete)
+        return len(complete)
+
+    def duplicates(self, ids: Iterable[str]) -> int:
+        """How many extra arrivals the given webhook ids had (at-least-once delivery)."""
+        return sum(self.repeats.get(key, 0) for key in ids)
+
+
+@dataclass
+class Nginx:
+    url: str
+    log: AccessLog
+    port: int
+
+
+@contextmanager
+def nginx_receiver() -> Iterator[Nginx]:
+    """Run nginx (``return 200``, one worker) for the duration of the block."""
+    binary = ensure_nginx()
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="hookstream-bench-nginx-") as tmp:
+        conf = Path(tmp) / "nginx.conf"
+        user = "user root;\n" if os.geteuid() == 0 else ""
+        conf.write_text(_CONF.format(user=user, tmp=tmp, port=port))
+        process = subprocess.Popen(
+            [str(binary), "-c", str(conf), "-p", tmp],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            _wait_listening(port, process)
+            yield Nginx(f"http://127.0.0.1:{port}/hook", AccessLog(Path(tmp) / "access.log"), port)
+        finally:
+            process.terminate()
+            process.wait(10)
+
+
+def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"nginx exited at start with code {process.returncode}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nginx did not listen on port {port} within 10 s")

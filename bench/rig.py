@@ -1,0 +1,293 @@
+"""A whole hookstream pipeline for one benchmark run: topics, subscriptions, a worker, nginx.
+
+`Rig` applies topics.yaml under a prefix of its own (and a group id of its own), creates the
+subscriptions, starts ONE worker process and waits until a probe event has travelled all the way
+to nginx. Then the phases (`throughput_phase`, `latency_phase`) publish events from this process
+and read nginx's access log to learn when each delivery arrived. Leaving the rig stops the
+worker and deletes every topic it created, so runs never see each other's records.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from bench.nginx import Nginx, free_port
+from bench.report import percentile
+from bench.worker import Worker
+from streams.adapters import codec
+from streams.adapters.kafka_admin import TopicAdmin, apply_topics, delete_topics
+from streams.adapters.kafka_clients import make_producer
+from streams.domain.idempotency import delivery_id
+from streams.domain.models import Event, Secret, Subscription
+from streams.domain.signing import generate_secret
+from streams.services.subscriptions import create_subscription
+from streams.settings import Settings, load_settings
+
+REPO = Path(__file__).resolve().parent.parent
+TENANT = "bench"
+EVENT_TYPE = "order.created"
+JSON_HEADERS: list[tuple[str, str | bytes | None]] = [("content-type", b"application/json")]
+# Makes the delivered envelope about 1 KB, like the HTTP client benchmark's body.
+_PAD = "x" * 880
+
+
+@dataclass(frozen=True)
+class RigConfig:
+    bootstrap: str
+    subscriptions: int = 1  # matching subscriptions, each pointing at nginx
+    bulk_subscriptions: int = 0  # extra non-matching ones, produced straight to the topic
+    concurrency: int = 256
+    batch_size: int = 500
+    ready_timeout_s: float = 180.0
+
+
+def make_event(run: str, n: int, event_type: str = EVENT_TYPE) -> Event:
+    now = int(time.time() * 1000)
+    return Event(
+        id=f"evt_{run}_{n}",
+        tenant_id=TENANT,
+        type=event_type,
+        timestamp=now,
+        data_json=f'{{"n":{n},"pad":"{_PAD}"}}',
+        published_at=now,
+    )
+
+
+class Rig:
+    def __init__(self, config: RigConfig, receiver: Nginx, workdir: Path) -> None:
+        self.config = config
+        self.receiver = receiver
+        self.run_id = uuid.uuid4().hex[:10]
+        prefix = f"bench{self.run_id}."
+        self.settings: Settings = load_settings(
+            kafka_bootstrap=config.bootstrap,
+            topic_prefix=prefix,
+            group_id=prefix.rstrip("."),
+            data_dir=workdir / f"data-{self.run_id}",
+            topics_file=REPO / "topics.yaml",
+            web_port=free_port(),
+            allow_private_destinations=True,
+            dispatch_concurrency=config.concurrency,
+            dispatch_batch_size=config.batch_size,
+        )
+        self.workdir = workdir
+        self.sub_ids: list[str] = []
+        self.worker: Worker | None = None
+        self.ready_s = 0.0
+        self._probes = 0
+
+    # --- set up and tear down -------------------------------------------------------------
+    def __enter__(self) -> Rig:
+        apply_topics(self.settings)
+        try:
+            if self.config.bulk_subscriptions:
+                self._bulk_subscriptions(self.config.bulk_subscriptions)
+            for i in range(self.config.subscriptions):
+                data = {"tenant_id": TENANT, "url": self.receiver.url, "filters": ["order.*"]}
+                sub = create_subscription(self.settings, data, subscription_id=f"sub_bench_{i}")
+                self.sub_ids.append(sub.id)
+            began = time.monotonic()
+            self.worker = Worker(self.settings, self.workdir / f"worker-{self.run_id}.log", {})
+            self._wait_ready()
+            self.ready_s = time.monotonic() - began
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+        # topics.yaml's topics start with the prefix, faust's changelogs with the group id;
+        # the prefix is the group id plus a dot, so this finds both
+        names = TopicAdmin(self.settings).names_with_prefix(self.settings.group_id)
+        delete_topics(self.settings, names)
+
+    def _bulk_subscriptions(self, count: int) -> None:
+        """Subscriptions nobody's events match, written straight to the registry topic."""
+        producer = make_producer(self.settings, **{"linger.ms": 50, "batch.size": 1_000_000})
+        topic = self.settings.topic("subscriptions")
+        secret = (Secret(generate_secret(os.urandom)),)
+        now = int(time.time() * 1000)
+        for i in range(count):
+            # half in the benchmark's own tenant with other types, half in other tenants
+            tenant = TENANT if i % 2 else f"tenant{i % 1000}"
+            filters = (f"other{i}.created",) if i % 2 else ("order.*",)
+            sub = Subscription(
+                id=f"sub_bulk_{i}",
+                tenant_id=tenant,
+                name=f"bulk {i}",
+                url=self.receiver.url,
+                filters=filters,
+                secrets=secret,
+                created_at=now,
+                updated_at=now,
+            )
+            _produce(producer, topic, sub.id, codec.encode(sub))
+        _flush(producer)
+
+    def _wait_ready(self) -> None:
+        """Publish a probe event every second until one is delivered."""
+        assert self.worker is not None
+        producer = self.producer()
+        deadline = time.monotonic() + self.config.ready_timeout_s
+        wanted: set[str] = set()
+        next_probe = 0.0
+        while True:
+            if not self.worker.alive():
+                raise RuntimeError("the worker exited during start-up:\n" + self.worker.log_tail())
+            if time.monotonic() > deadline:
+                raise RuntimeError("no probe delivery arrived in time:\n" + self.worker.log_tail())
+            if time.monotonic() >= next_probe:
+                event = make_event(f"{self.run_id}probe", self._probes, "order.probe")
+                self._probes += 1
+                wanted.update(self.delivery_ids(event))
+                _produce(producer, self.settings.topic("events"), TENANT, _json(event), True)
+                producer.flush(5)
+                next_probe = time.monotonic() + 1.0
+            self.receiver.log.poll()
+            if any(key in self.receiver.log.received for key in wanted):
+                return
+            time.sleep(0.1)
+
+    # --- helpers for phases ---------------------------------------------------------------
+    def producer(self, **overrides: Any) -> Producer:
+        return make_producer(self.settings, **{"linger.ms": 0, **overrides})
+
+    def delivery_ids(self, event: Event) -> list[str]:
+        return [delivery_id(event.id, sub_id) for sub_id in self.sub_ids]
+
+    def wait_delivered(self, ids: set[str], stall_s: float = 30.0) -> int:
+        """Wait until every id arrived, or nothing new arrived for ``stall_s``; return found."""
+        pending = set(ids)
+        last_progress = time.monotonic()
+        received = self.receiver.log.received
+        while pending:
+            if self.receiver.log.poll():
+                last_progress = time.monotonic()
+            pending = {key for key in pending if key not in received}
+            if time.monotonic() - last_progress > stall_s:
+                break
+            if self.worker is not None and not self.worker.alive():
+                raise RuntimeError("the worker died:\n" + self.worker.log_tail())
+            time.sleep(0.2)
+        return len(ids) - len(pending)
+
+
+def _json(event: Event) -> bytes:
+    return codec.encode_json_event(event)
+
+
+def _produce(producer: Producer, topic: str, key: str, value: bytes, json: bool = False) -> None:
+    while True:
+        try:
+            producer.produce(
+                topic, key=key.encode(), value=value, headers=JSON_HEADERS if json else None
+            )
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def _flush(producer: Producer) -> None:
+    if producer.flush(60):
+        raise RuntimeError("the benchmark's producer could not flush to Kafka within 60 s")
+
+
+def throughput_phase(rig: Rig, events: int) -> dict[str, Any]:
+    """Publish ``events`` as fast as possible; the receive rate over the steady window."""
+    assert rig.worker is not None
+    producer = rig.producer(**{"linger.ms": 20, "batch.size": 1_000_000})
+    topic = rig.settings.topic("events")
+    ids: list[str] = []
+    started = time.time()
+    for n in range(events):
+        event = make_event(rig.run_id, n)
+        ids.extend(rig.delivery_ids(event))
+        _produce(producer, topic, TENANT, _json(event), True)
+        if n % 5000 == 0:
+            producer.poll(0)
+    _flush(producer)
+    published = time.time()
+    rig.wait_delivered(set(ids))
+    received = rig.receiver.log.received
+    times = sorted(received[key] for key in ids if key in received)
+    result: dict[str, Any] = {
+        "events": events,
+        "expected_deliveries": len(ids),
+        "delivered": len(times),
+        "duplicates": rig.receiver.log.duplicates(ids),
+        "publish_s": published - started,
+        "worker_ready_s": rig.ready_s,
+    }
+    if len(times) < 20:
+        return result
+    # steady window: after publishing ended, from the 5th to the 95th percentile of arrivals
+    start = max(published, times[len(times) // 20])
+    end = times[len(times) * 19 // 20]
+    inside = sum(1 for t in times if start <= t <= end)
+    result.update(
+        {
+            "deliveries_per_s": inside / max(end - start, 1e-3),
+            "overall_per_s": len(times) / max(times[-1] - started, 1e-3),
+            "steady_window_s": end - start,
+            "worker_cpu_percent": rig.worker.cpu_percent(start, end),
+            "worker_rss_mib": (rig.worker.peak_rss(start, end) or rig.worker.peak_rss()) / 2**20,
+        }
+    )
+    return result
+
+
+def latency_phase(rig: Rig, rate: float, seconds: float, warmup_s: float) -> dict[str, Any]:
+    """Publish at a fixed rate; publish-to-receive percentiles after the warm-up."""
+    assert rig.worker is not None
+    producer = rig.producer()
+    topic = rig.settings.topic("events")
+    tick = 0.01
+    per_tick = max(1, round(rate * tick))
+    sent: dict[str, float] = {}  # delivery id -> publish time (s)
+    measured: set[str] = set()
+    began = time.time()
+    ticks = int((seconds + warmup_s) / tick)
+    n = 0
+    for i in range(ticks):
+        due = began + i * tick
+        pause = due - time.time()
+        if pause > 0:
+            time.sleep(pause)
+        for _ in range(per_tick):
+            event = make_event(rig.run_id + "lat", n)
+            n += 1
+            now = time.time()
+            _produce(producer, topic, TENANT, _json(event), True)
+            for key in rig.delivery_ids(event):
+                sent[key] = now
+                if now - began >= warmup_s:
+                    measured.add(key)
+        producer.poll(0)
+    _flush(producer)
+    elapsed = time.time() - began
+    rig.wait_delivered(set(sent))
+    received = rig.receiver.log.received
+    latencies = [(received[k] - sent[k]) * 1000 for k in measured if k in received]
+    window_end = max((received[k] for k in measured if k in received), default=time.time())
+    return {
+        "rate_target": rate,
+        "rate_published": n / max(elapsed, 1e-3),
+        "measured": len(measured),
+        "delivered": len(latencies),
+        "duplicates": rig.receiver.log.duplicates(sent),
+        "p50_ms": percentile(latencies, 50),
+        "p95_ms": percentile(latencies, 95),
+        "p99_ms": percentile(latencies, 99),
+        "max_ms": max(latencies, default=float("nan")),
+        "worker_cpu_percent": rig.worker.cpu_percent(began + warmup_s, window_end),
+        "worker_rss_mib": rig.worker.peak_rss() / 2**20,
+    }

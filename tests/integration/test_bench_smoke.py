@@ -1,0 +1,54 @@
+"""The benchmark itself works: `bench-smoke` runs end to end and reports sane figures.
+
+A few hundred events go through one real worker to nginx. Nothing here compares a figure with a
+performance target: timings on a CI machine say nothing about hookstream, but a benchmark that
+silently measures nothing would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int | float) and value > 0 and math.isfinite(value)
+
+
+@pytest.mark.timeout(110)
+def test_bench_smoke_produces_results(kafka_bootstrap: str, tmp_path: Path) -> None:
+    docs = REPO / "docs" / "benchmarks.md"
+    docs_before = docs.read_text() if docs.exists() else None
+    command = [sys.executable, "-m", "bench.e2e", "--scenario", "smoke", "--runs", "1"]
+    command += ["--bootstrap", kafka_bootstrap, "--no-docs", "--results-dir", str(tmp_path)]
+    done = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=100, check=False
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+    files = list(tmp_path.glob("smoke-*.json"))
+    assert len(files) == 1
+    result = json.loads(files[0].read_text())
+    assert result["scenario"] == "smoke"
+    assert result["machine"]["nproc"] >= 1
+    assert len(result["machine"]["load_average"]) == 3
+    (run,) = result["runs"]
+    through, latency = run["throughput"], run["latency"]
+    assert through["delivered"] == through["expected_deliveries"] == through["events"] > 0
+    assert _positive(through["deliveries_per_s"])
+    assert _positive(through["ceiling_rps"])
+    assert _positive(through["worker_rss_mib"])
+    assert latency["delivered"] == latency["measured"] > 0
+    assert 0 < latency["p50_ms"] <= latency["p95_ms"] <= latency["p99_ms"] <= latency["max_ms"]
+    assert all(_positive(v) for v in result["medians"].values())
+    # --no-docs leaves the docs alone
+    assert (docs.read_text() if docs.exists() else None) == docs_before
