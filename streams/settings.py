@@ -81,6 +81,13 @@ class Settings(BaseSettings):
     dispatch_concurrency: int = Field(
         256, ge=1, le=10000, description="HTTP attempts in flight per worker, all lanes together."
     )
+    origin_max_in_flight: int = Field(
+        64,
+        ge=1,
+        le=10000,
+        description="HTTP attempts in flight per endpoint origin per worker: a slow host cannot "
+        "take more of the worker's capacity (F3).",
+    )
     log_level: str = Field(
         "INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$", description="Log level."
     )

@@ -30,6 +30,7 @@ from streams.adapters.kafka_clients import (
 )
 from streams.adapters.registry import SubscriptionRegistry
 from streams.agents.delivery import attempt
+from streams.agents.flow import FlowControl
 from streams.agents.outbox import Outbox
 from streams.domain.backoff import RetryPolicy
 from streams.domain.breaker import (
@@ -39,6 +40,7 @@ from streams.domain.breaker import (
     breaker_signal,
     origin_of,
 )
+from streams.domain.classify import parse_retry_after
 from streams.domain.models import DeadLetter, Delivery, Lane, Subscription, SubscriptionStatus
 from streams.domain.offsets import OffsetTracker
 from streams.domain.settle import settle
@@ -100,8 +102,15 @@ class Dispatcher:
         self._lanes = [settings.topic("routed"), settings.topic("backfill")] + [t for _, t in tiers]
         self._tracker = OffsetTracker()
         self._lock = threading.Lock()  # tracker access from rebalance callbacks
-        self._slots = asyncio.Semaphore(settings.dispatch_concurrency)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._flow = FlowControl(
+            slots=settings.dispatch_concurrency,
+            origin_max_in_flight=settings.origin_max_in_flight,
+            attempt=self._attempt,
+            defer=self._defer,
+            settled=self._settled,
+            lookup=registry.get,
+            clock=clock,
+        )
         self._timers: dict[TP, list[asyncio.TimerHandle]] = {}
         self._assigned: set[TP] = set()
         self._consumer: Consumer | None = None
@@ -129,6 +138,7 @@ class Dispatcher:
             loop.call_soon_threadsafe(self._cancel_timers, tps)
 
     def _cancel_timers(self, tps: list[TP]) -> None:
+        self._flow.forget(set(tps))
         for tp in tps:
             for handle in self._timers.pop(tp, []):
                 handle.cancel()
@@ -175,35 +185,36 @@ class Dispatcher:
             self._consumer.resume([part])
 
     def _spawn(self, tp: TP, offset: int, delivery: Delivery) -> None:
+        """A delivery is ready: park it, or hand it to flow control to be attempted."""
         if tp not in self._assigned:
             return  # revoked while waiting: the new owner has it
-        task = asyncio.get_running_loop().create_task(self._deliver(tp, offset, delivery))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    # --- delivering -----------------------------------------------------------------------
-    async def _deliver(self, tp: TP, offset: int, delivery: Delivery) -> None:
-        async with self._slots:
-            sub = self._registry.get(delivery.subscription_id)
-            if sub is None:
-                self._park(delivery, "subscription_deleted")
-            elif sub.status is not SubscriptionStatus.ACTIVE and delivery.lane in PARKED_LANES:
-                self._park(delivery, sub.status.value)  # H4: recovered on re-enable (R2)
-            else:
-                await self._attempt(sub, delivery)
+        sub = self._registry.get(delivery.subscription_id)
+        if sub is None:
+            self._park(delivery, "subscription_deleted")
+        elif sub.status is not SubscriptionStatus.ACTIVE and delivery.lane in PARKED_LANES:
+            self._park(delivery, sub.status.value)  # H4: recovered on re-enable (R2)
+        else:
+            self._flow.submit(tp, offset, delivery, sub)
+            return
         self._settled(tp, offset)
 
-    async def _attempt(self, sub: Subscription, delivery: Delivery) -> None:
+    def _defer(self, delivery: Delivery, due_ms: int, reason: str) -> None:
+        """Hand a delivery back to a retry tier without an attempt (H7, F1)."""
+        now_ms = int(self._clock() * 1000)
+        self._outbox.defer(delivery, due_ms, now_ms, self._settings.retry_jitter)
+        metrics.record_deferred(reason)
+
+    # --- delivering -----------------------------------------------------------------------
+    async def _attempt(self, sub: Subscription, delivery: Delivery) -> float | None:
+        """One attempt through the breaker; returns a Retry-After pause for the subscription."""
         now_ms = int(self._clock() * 1000)
         breaker = self._breakers.get(origin_of(sub.url), now_ms)
         admission = breaker.allow(now_ms)
         if not admission.admitted:
             # H7: not an attempt, not a failure: the delivery comes back when the breaker
             # will admit again, and nothing is dropped.
-            due = admission.retry_at_ms or now_ms + 1000
-            self._outbox.defer(delivery, due, now_ms, self._settings.retry_jitter)
-            metrics.record_deferred("breaker_open")
-            return
+            self._defer(delivery, admission.retry_at_ms or now_ms + 1000, "breaker_open")
+            return None
         lane = delivery.lane.value
         metrics.add_in_flight(lane, 1)
         try:
@@ -219,6 +230,19 @@ class Dispatcher:
         if signal is not None:
             breaker.record(signal, done_ms)
         self._outbox.settle(outcome)
+        return self._pause_after(result.status, result.retry_after, done_ms)
+
+    def _pause_after(
+        self, status: int | None, retry_after: str | None, now_ms: int
+    ) -> float | None:
+        """F2: a 429/503 Retry-After holds the subscription's next deliveries too, bounded by
+        twice the first retry step."""
+        if status not in (429, 503):
+            return None
+        seconds = parse_retry_after(retry_after, now_ms)
+        if seconds is None:
+            return None
+        return min(seconds, 2 * self._policy.schedule[0])
 
     def _park(self, delivery: Delivery, reason: str) -> None:
         self._outbox.dead_letter(
@@ -268,12 +292,12 @@ class Dispatcher:
         loop = self._loop = asyncio.get_running_loop()
         consumer = self._consumer = make_consumer(self._settings, "dispatch")
         consumer.subscribe(self._lanes, on_assign=self._on_assign, on_revoke=self._on_revoke)
-        buffer_cap = self._settings.dispatch_concurrency * 4
+        buffer_cap = self._settings.dispatch_concurrency * 32
         last_commit = time.monotonic()
         try:
             while not stop.is_set():
-                if len(self._tasks) >= buffer_cap:
-                    await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+                if self._flow.busy >= buffer_cap:
+                    await asyncio.sleep(0.01)  # intake waits; queues are bounded per subscription
                     continue
                 msgs = await loop.run_in_executor(
                     None, consumer.consume, self._settings.dispatch_batch_size, 0.05
@@ -294,8 +318,7 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         for tp in list(self._timers):
             self._cancel_timers([tp])
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=deadline_s)
+        await self._flow.drain(deadline_s)
         try:
             await self._commit()
         finally:

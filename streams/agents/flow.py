@@ -1,0 +1,218 @@
+"""Flow control for the dispatcher (F1-F4, F7): who may attempt what, and when.
+
+Every delivery the dispatcher is about to attempt goes through `FlowControl.submit`, into its
+subscription's FIFO queue. One pump per subscription starts the attempts in order (the first
+attempts of a subscription go out in publish order, D9) and only when
+
+1. the subscription's token bucket has a token (``rate_limit``, F1) and any Retry-After pause
+   has passed (F2: it applies to the subscription's next deliveries, not only the one that got
+   it),
+2. the subscription has fewer than ``max_in_flight`` attempts running (F1),
+3. the endpoint origin has fewer than ``origin_max_in_flight`` attempts running (F3: a slow or
+   dead host cannot take the worker's capacity; its work waits in its own queue, holding no
+   dispatch slot), and
+4. a dispatch slot is free, granted fairly across tenants by deficit round robin (F7).
+
+A throttled delivery is delayed, never failed, and never counts toward health. A subscription
+holds only a bounded queue in memory (`queue_cap`); beyond it, deliveries are deferred to a
+retry tier without an attempt (settled, so the partition's commits move on), which bounds both
+memory and how long one subscription can hold back a partition's commit position.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from streams.domain.breaker import origin_of
+from streams.domain.fairness import FairOrder
+from streams.domain.models import Delivery, Subscription
+from streams.domain.ratelimit import TokenBucket, queue_cap
+
+TP = tuple[str, int]
+Attempt = Callable[[Subscription, Delivery], Awaitable[float | None]]
+
+
+class FairSlots:
+    """``capacity`` dispatch slots, handed to waiting tenants in `FairOrder`."""
+
+    def __init__(self, capacity: int, weights: dict[str, float] | None = None) -> None:
+        self._free = capacity
+        self._order = FairOrder(weights)
+        self._waiters: dict[int, asyncio.Future[None]] = {}
+        self._ids = itertools.count()
+
+    async def acquire(self, tenant: str) -> None:
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return
+        waiter = next(self._ids)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters[waiter] = future
+        self._order.push(tenant, waiter)
+        try:
+            await future
+        except asyncio.CancelledError:
+            self._waiters.pop(waiter, None)
+            self._order.discard(tenant, waiter)
+            if future.done() and not future.cancelled():
+                self.release()  # granted and cancelled at once: hand the slot on
+            raise
+
+    def release(self) -> None:
+        while (turn := self._order.pop()) is not None:
+            future = self._waiters.pop(turn[1], None)
+            if future is not None and not future.done():
+                future.set_result(None)
+                return
+        self._free += 1
+
+
+@dataclass
+class _Flow:
+    """One subscription's queue and limits in this worker."""
+
+    tenant: str
+    origin: str
+    queue: deque[tuple[TP, int, Delivery]] = field(default_factory=deque)
+    bucket: TokenBucket | None = None
+    in_flight: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(10000))
+    max_in_flight: int | None = None
+    paused_until: float = 0.0
+    pump: asyncio.Task[None] | None = None
+    cap: int = 256
+
+
+class FlowControl:
+    def __init__(
+        self,
+        *,
+        slots: int,
+        origin_max_in_flight: int,
+        attempt: Attempt,
+        defer: Callable[[Delivery, int, str], None],
+        settled: Callable[[TP, int], None],
+        lookup: Callable[[str], Subscription | None],
+        clock: Callable[[], float] = time.time,
+        tenant_weights: dict[str, float] | None = None,
+    ) -> None:
+        self._slots = FairSlots(slots, tenant_weights)
+        self._origin_cap = origin_max_in_flight
+        self._origins: dict[str, asyncio.Semaphore] = {}
+        self._flows: dict[str, _Flow] = {}
+        self._attempt = attempt
+        self._defer = defer
+        self._settled = settled
+        self._lookup = lookup
+        self._clock = clock
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.queued = 0
+
+    @property
+    def busy(self) -> int:
+        """Deliveries taken in but not settled yet: queued plus running."""
+        return self.queued + len(self._tasks)
+
+    def _flow(self, sub: Subscription) -> _Flow:
+        flow = self._flows.get(sub.id)
+        origin = origin_of(sub.url)
+        if flow is None or flow.origin != origin:
+            flow = self._flows[sub.id] = _Flow(sub.tenant_id, origin)
+        now = self._clock()
+        if sub.rate_limit is None:
+            flow.bucket = None
+        elif flow.bucket is None:
+            flow.bucket = TokenBucket(sub.rate_limit, now=now)
+        else:
+            flow.bucket.set_rate(sub.rate_limit)  # limits change without a restart (F1)
+        if sub.max_in_flight != flow.max_in_flight:
+            flow.max_in_flight = sub.max_in_flight
+            flow.in_flight = asyncio.Semaphore(sub.max_in_flight or 10000)
+        flow.cap = queue_cap(sub.rate_limit)
+        return flow
+
+    def submit(self, tp: TP, offset: int, delivery: Delivery, sub: Subscription) -> None:
+        """Take one delivery in; it is attempted when its limits allow, or deferred."""
+        flow = self._flow(sub)
+        if len(flow.queue) >= flow.cap:
+            rate = sub.rate_limit or 1.0
+            wait_s = max(1.0, len(flow.queue) / rate, flow.paused_until - self._clock())
+            self._defer(delivery, int((self._clock() + wait_s) * 1000), "rate_limited")
+            self._settled(tp, offset)
+            return
+        flow.queue.append((tp, offset, delivery))
+        self.queued += 1
+        if flow.pump is None or flow.pump.done():
+            flow.pump = self._spawn(self._pump(sub.id, flow))
+
+    def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _pump(self, sub_id: str, flow: _Flow) -> None:
+        origin = self._origins.get(flow.origin)
+        if origin is None:
+            origin = self._origins[flow.origin] = asyncio.Semaphore(self._origin_cap)
+        while flow.queue:
+            in_flight = flow.in_flight
+            await in_flight.acquire()
+            await origin.acquire()
+            # checked after the slots: an attempt that just ended may have paused the flow
+            now = self._clock()
+            wait = max(flow.paused_until - now, flow.bucket.wait(now) if flow.bucket else 0.0)
+            if wait > 0:
+                origin.release()
+                in_flight.release()
+                await asyncio.sleep(wait)
+                continue
+            if flow.bucket is not None:
+                flow.bucket.take(self._clock())
+            tp, offset, delivery = flow.queue.popleft()
+            self.queued -= 1
+            self._spawn(self._run(flow, in_flight, origin, tp, offset, delivery))
+
+    async def _run(
+        self,
+        flow: _Flow,
+        in_flight: asyncio.Semaphore,
+        origin: asyncio.Semaphore,
+        tp: TP,
+        offset: int,
+        delivery: Delivery,
+    ) -> None:
+        try:
+            await self._slots.acquire(flow.tenant)
+            try:
+                sub = self._lookup(delivery.subscription_id)
+                pause_s = await self._attempt(sub, delivery) if sub is not None else None
+            finally:
+                self._slots.release()
+            if pause_s:
+                flow.paused_until = max(flow.paused_until, self._clock() + pause_s)
+        finally:
+            origin.release()
+            in_flight.release()
+            self._settled(tp, offset)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait for running attempts (shutdown); queued ones stay unsettled and are replayed."""
+        for flow in self._flows.values():
+            if flow.pump is not None:
+                flow.pump.cancel()
+            self.queued -= len(flow.queue)
+            flow.queue.clear()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=timeout_s)
+
+    def forget(self, tps: set[TP]) -> None:
+        """Partitions were revoked: drop their queued deliveries (the new owner replays them)."""
+        for flow in self._flows.values():
+            kept = deque(item for item in flow.queue if item[0] not in tps)
+            self.queued -= len(flow.queue) - len(kept)
+            flow.queue = kept
