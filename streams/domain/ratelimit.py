@@ -1,9 +1,10 @@
 """Per-subscription rate limits (F1, F2), pure: times are seconds passed in by the caller.
 
 A `TokenBucket` holds up to ``burst`` tokens (default 1: strict pacing, so no second ever sees
-more than the rate plus one) and refills at ``rate`` per second; each attempt takes one. `wait` says how long until the next attempt may start, so a throttled delivery is
-*delayed*, never failed. `pause_until` honours a receiver's Retry-After for the subscription's
-next deliveries, not only the one that got it (F2).
+more than the rate plus one) and refills at ``rate`` per second; each attempt takes one. `wait`
+says how long until the next attempt may start, so a throttled delivery is *delayed*, never
+failed. `pause` honours a receiver's Retry-After for the subscription's next deliveries, not
+only the one that got it (F2).
 """
 
 from __future__ import annotations
