@@ -41,7 +41,15 @@ from streams.domain.breaker import (
     origin_of,
 )
 from streams.domain.classify import parse_retry_after
-from streams.domain.models import DeadLetter, Delivery, Lane, Subscription, SubscriptionStatus
+from streams.domain.models import (
+    DeadLetter,
+    Delivery,
+    HealthOutcome,
+    Lane,
+    OutcomeClass,
+    Subscription,
+    SubscriptionStatus,
+)
 from streams.domain.offsets import OffsetTracker
 from streams.domain.settle import settle
 from streams.errors import DecodeError
@@ -51,7 +59,9 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 COMMIT_INTERVAL_S = 0.2
-RESUME_LEAD_S = 1.0  # resume a paused tier partition this long before its next record can be due
+# Retries of one tier partition held in memory waiting for their due time; past this the
+# partition is paused until half of them have fired (memory stays bounded, nothing polls).
+READ_AHEAD = 2000
 # Lanes whose deliveries are parked (dead-lettered with the subscription's status as reason)
 # instead of attempted while the subscription is suspended or disabled: the live lane's
 # deliveries already in flight finish (H4); waiting retries and backfills do not go out.
@@ -111,7 +121,8 @@ class Dispatcher:
             lookup=registry.get,
             clock=clock,
         )
-        self._timers: dict[TP, list[asyncio.TimerHandle]] = {}
+        self._timers: dict[TP, dict[int, asyncio.TimerHandle]] = {}
+        self._paused: set[TP] = set()
         self._assigned: set[TP] = set()
         self._consumer: Consumer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -140,8 +151,9 @@ class Dispatcher:
     def _cancel_timers(self, tps: list[TP]) -> None:
         self._flow.forget(set(tps))
         for tp in tps:
-            for handle in self._timers.pop(tp, []):
+            for handle in self._timers.pop(tp, {}).values():
                 handle.cancel()
+            self._paused.discard(tp)
 
     # --- intake ---------------------------------------------------------------------------
     def _take(self, msg: Message) -> None:
@@ -157,32 +169,29 @@ class Dispatcher:
             self._dead_letter_raw(msg, exc)
             self._settled(tp, offset)
             return
-        delay = self._tier_delay.get(topic)
-        if delay is None:
+        if topic in self._tier_delay:
+            self._schedule(tp, offset, delivery)
+        else:
             self._spawn(tp, offset, delivery)
-            return
-        self._schedule(tp, offset, msg, delivery, delay)
 
-    def _schedule(
-        self, tp: TP, offset: int, msg: Message, delivery: Delivery, delay: float
-    ) -> None:
-        """Hold a retry until it is due; pause the tier while nothing later can be due."""
+    def _schedule(self, tp: TP, offset: int, delivery: Delivery) -> None:
+        """Hold a retry (or deferral) in memory until it is due, never firing early (D6)."""
         assert self._loop is not None and self._consumer is not None
-        now = self._clock()
-        wait = max(0.0, delivery.due_at / 1000 - now)
-        handle = self._loop.call_later(wait, self._spawn, tp, offset, delivery)
-        self._timers.setdefault(tp, []).append(handle)
-        _kind, produced_ms = msg.timestamp()
-        earliest_next = produced_ms / 1000 + (1 - self._settings.retry_jitter) * delay
-        pause_for = earliest_next - RESUME_LEAD_S - now
-        if pause_for > 0:
-            part = TopicPartition(tp[0], tp[1])
-            self._consumer.pause([part])
-            self._loop.call_later(pause_for, self._resume, part)
+        wait = max(0.0, delivery.due_at / 1000 - self._clock())
+        pending = self._timers.setdefault(tp, {})
+        pending[offset] = self._loop.call_later(wait, self._fire, tp, offset, delivery)
+        if len(pending) >= READ_AHEAD and tp not in self._paused:
+            self._consumer.pause([TopicPartition(tp[0], tp[1])])
+            self._paused.add(tp)
 
-    def _resume(self, part: TopicPartition) -> None:
-        if self._consumer is not None and (part.topic, part.partition) in self._assigned:
-            self._consumer.resume([part])
+    def _fire(self, tp: TP, offset: int, delivery: Delivery) -> None:
+        pending = self._timers.get(tp, {})
+        pending.pop(offset, None)
+        if tp in self._paused and len(pending) <= READ_AHEAD // 2:
+            self._paused.discard(tp)
+            if self._consumer is not None and tp in self._assigned:
+                self._consumer.resume([TopicPartition(tp[0], tp[1])])
+        self._spawn(tp, offset, delivery)
 
     def _spawn(self, tp: TP, offset: int, delivery: Delivery) -> None:
         """A delivery is ready: park it, or hand it to flow control to be attempted."""
@@ -199,10 +208,44 @@ class Dispatcher:
         self._settled(tp, offset)
 
     def _defer(self, delivery: Delivery, due_ms: int, reason: str) -> None:
-        """Hand a delivery back to a retry tier without an attempt (H7, F1)."""
+        """Hand a delivery back to a retry tier without an attempt (H7, F1).
+
+        Deferral is bounded by the same retry window as retries: a delivery that could not be
+        attempted within it (a breaker open for a day) is exhausted, dead-lettered and counted
+        once for health, so a dead endpoint is still suspended and nothing waits forever.
+        """
         now_ms = int(self._clock() * 1000)
+        started = delivery.first_attempt_at or delivery.routed_at or now_ms
+        if due_ms - started > self._settings.retry_window * 1000:
+            self._expire(delivery, f"exhausted:{reason}", now_ms)
+            return
         self._outbox.defer(delivery, due_ms, now_ms, self._settings.retry_jitter)
         metrics.record_deferred(reason)
+
+    def _expire(self, delivery: Delivery, reason: str, now_ms: int) -> None:
+        sub = self._registry.get(delivery.subscription_id)
+        self._outbox.dead_letter(
+            DeadLetter(
+                reason=reason,
+                dead_at=now_ms,
+                tenant_id=delivery.tenant_id,
+                subscription_id=delivery.subscription_id,
+                delivery=delivery,
+                attempts=delivery.attempt - 1,
+                first_attempt_at=delivery.first_attempt_at,
+            )
+        )
+        self._outbox.health(
+            HealthOutcome(
+                subscription_id=delivery.subscription_id,
+                delivery_id=delivery.delivery_id,
+                outcome=OutcomeClass.RETRYABLE,
+                reason=reason,
+                at=now_ms,
+                origin=origin_of(sub.url) if sub is not None else "",
+                attempts=delivery.attempt - 1,
+            )
+        )
 
     # --- delivering -----------------------------------------------------------------------
     async def _attempt(self, sub: Subscription, delivery: Delivery) -> float | None:

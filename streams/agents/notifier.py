@@ -20,9 +20,10 @@ from typing import Any
 
 from streams import metrics
 from streams.adapters import codec
-from streams.adapters.http import AiohttpTransport, Transport
+from streams.adapters.http import Transport
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.smtp import NotifyError, SmtpSender, parse_smtp_url, send_notification_webhook
+from streams.adapters.ssrf import guarded_transport
 from streams.agents.health import RAW, pipeline_of
 from streams.domain.models import Notification, Subscription
 from streams.domain.notices import Notice, notice_from_notification, render_email
@@ -62,7 +63,7 @@ class Notifier:
 
     def transport(self) -> Transport:
         if self._transport is None:
-            self._transport = AiohttpTransport(max_connections=16)
+            self._transport = guarded_transport(self._settings, max_connections=16)
         return self._transport
 
     async def deliver(self, note: Notification, notice: Notice, sub: Subscription | None) -> None:

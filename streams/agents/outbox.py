@@ -52,7 +52,7 @@ class Outbox:
         if outcome.dead_letter is not None:
             self.dead_letter(outcome.dead_letter)
         if outcome.health is not None:
-            self._buffer_health(outcome.health)
+            self.health(outcome.health)
 
     def dead_letter(self, letter: DeadLetter) -> None:
         self._send(self._dlq, letter.subscription_id or "invalid", codec.encode(letter))
@@ -72,7 +72,8 @@ class Outbox:
         deferred = replace(delivery, due_at=due_at_ms)
         self._send(self._tiers[tier][1], delivery.subscription_id, codec.encode(deferred))
 
-    def _buffer_health(self, outcome: HealthOutcome) -> None:
+    def health(self, outcome: HealthOutcome) -> None:
+        """Queue a delivery's terminal outcome; written (aggregated) at the next flush."""
         sub_id = outcome.subscription_id
         index = self._last_success.get(sub_id)
         if outcome.outcome is OutcomeClass.SUCCESS:

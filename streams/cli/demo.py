@@ -36,4 +36,8 @@ def demo(per_type: int, keep_kafka: bool, as_json: bool) -> None:
         click.echo(f"  dead-lettered ({reason:<9})   {count}")
     click.echo(f"  signatures verified         {summary.verified}")
     click.echo(f"  bad signatures              {summary.bad_signatures}")
+    for sub_id, reason in summary.suspended.items():
+        click.echo(f"  suspended                   {sub_id} ({reason})")
+    for line in summary.notices:
+        click.echo(f"  owner notice (webhook)      {line}")
     click.echo(f"  wall time                   {summary.seconds:.1f}s")

@@ -21,7 +21,7 @@ from streams.domain.signing import verify
 class Endpoint:
     """One receiver path and what it saw."""
 
-    behaviour: str  # ok | fail | gone | flaky
+    behaviour: str  # ok | fail | gone | flaky | notices
     secret: str = ""
     fail_first: int = 2
     requests: int = 0
@@ -29,9 +29,10 @@ class Endpoint:
     bad_signatures: int = 0
     ids: Counter[str] = field(default_factory=Counter)
     delivered: set[str] = field(default_factory=set)
+    bodies: list[bytes] = field(default_factory=list)  # kept only by the "notices" endpoint
 
     def status_for(self, webhook_id: str) -> int:
-        if self.behaviour == "ok":
+        if self.behaviour in ("ok", "notices"):
             return 200
         if self.behaviour == "fail":
             return 500
@@ -41,20 +42,27 @@ class Endpoint:
 
 
 class DemoReceivers:
-    """An aiohttp server on 127.0.0.1 serving every demo endpoint under /<name>."""
+    """Demo endpoints on 127.0.0.1, each on a port of its own (as different customers' hosts
+    would be: each is its own origin for the circuit breaker, H8), served at /<name>."""
 
     def __init__(self) -> None:
         self.endpoints: dict[str, Endpoint] = {}
         self._runner: web.AppRunner | None = None
-        self.port = 0
+        self.ports: dict[str, int] = {}
 
-    def add(self, name: str, behaviour: str) -> Endpoint:
+    async def add(self, name: str, behaviour: str) -> Endpoint:
+        assert self._runner is not None, "start() first"
         endpoint = Endpoint(behaviour)
         self.endpoints[name] = endpoint
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.ports[name] = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
         return endpoint
 
     def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.port}/{name}"
+        return f"http://127.0.0.1:{self.ports[name]}/{name}"
 
     async def _handle(self, request: web.Request) -> web.Response:
         endpoint = self.endpoints.get(request.match_info["name"])
@@ -83,18 +91,15 @@ class DemoReceivers:
         status = endpoint.status_for(webhook_id)
         if status == 200:
             endpoint.delivered.add(webhook_id)
+        if endpoint.behaviour == "notices":
+            endpoint.bodies.append(body)
         return web.Response(status=status)
 
-    async def start(self, port: int = 0) -> None:
+    async def start(self) -> None:
         app = web.Application()
         app.router.add_post("/{name}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-        self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -10,22 +10,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import orjson
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
-from streams.adapters.kafka_admin import apply_topics
+from streams.adapters.kafka_admin import TopicAdmin, apply_topics
 from streams.adapters.local_kafka import LocalKafka
-from streams.demo.receivers import DemoReceivers
-from streams.domain.models import Event
+from streams.demo.receivers import DemoReceivers, Endpoint
+from streams.domain.models import Event, SubscriptionStatus
+from streams.services.config import set_policy
 from streams.services.events import publish_events
 from streams.services.ledger import list_dead_letters
-from streams.services.subscriptions import create_subscription
+from streams.services.subscriptions import create_subscription, list_subscriptions
 from streams.settings import Settings, load_settings
 
 # name -> (behaviour, event-type filter, number of events of that type)
@@ -42,7 +47,17 @@ DEMO_OVERRIDES = {
     "retry_window": "5m",
     "allow_private_destinations": True,
     "web_port": 6067,
+    # The demo's receivers fail on purpose, many times a second; with the default breaker
+    # (5 failures, 30 s cooldown) their retries would crawl for minutes. A long streak is
+    # needed here before the breaker opens, so the demo finishes in seconds.
+    "breaker_failures": 200,
+    "breaker_min_attempts": 100000,
 }
+
+
+# The demo's suspension policy: the 404 endpoint is suspended after 5 failed deliveries, with
+# no minimum age, so it happens in seconds (the defaults are 5 failures over at least 1 hour).
+DEMO_POLICY = {"suspend.permanent": "5,0s", "early_warning_at": "3"}
 
 
 @dataclass
@@ -55,11 +70,43 @@ class Summary:
     dead_lettered: dict[str, int]
     verified: int
     bad_signatures: int
+    suspended: dict[str, str]
+    notices: list[str]
     seconds: float
 
 
 def demo_settings() -> Settings:
     return load_settings(**DEMO_OVERRIDES)
+
+
+def reset_demo_state(settings: Settings, worker_dir: Path) -> None:
+    """Start every demo from nothing: its topics, consumer groups, changelogs and tables.
+
+    Only what belongs to the demo is touched: topics under the ``demo.`` prefix and
+    ``hookstream-demo*`` (the demo's group id), and the demo worker's own data dir.
+    """
+    admin = TopicAdmin(settings)
+    doomed = admin.names_with_prefix(settings.topic_prefix)
+    doomed += admin.names_with_prefix(f"{settings.group_id}-")
+    admin.delete(doomed)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (
+        admin.names_with_prefix(settings.topic_prefix)
+        or admin.names_with_prefix(f"{settings.group_id}-")
+    ):
+        time.sleep(0.5)
+    client = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    groups = [
+        g.group_id
+        for g in client.list_consumer_groups(request_timeout=15).result().valid
+        if g.group_id == settings.group_id or g.group_id.startswith(f"{settings.group_id}-")
+    ]
+    for future in (
+        client.delete_consumer_groups(groups, request_timeout=15).values() if groups else ()
+    ):
+        with contextlib.suppress(KafkaException):
+            future.result()
+    shutil.rmtree(worker_dir, ignore_errors=True)
 
 
 def _worker_env(settings: Settings) -> dict[str, str]:
@@ -69,11 +116,13 @@ def _worker_env(settings: Settings) -> dict[str, str]:
             "HOOKSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
             "HOOKSTREAM_TOPIC_PREFIX": settings.topic_prefix,
             "HOOKSTREAM_GROUP_ID": settings.group_id,
-            "HOOKSTREAM_DATA_DIR": str(settings.data_dir.resolve()),
+            "HOOKSTREAM_DATA_DIR": str((settings.data_dir / "demo-worker").resolve()),
             "HOOKSTREAM_RETRY_SCHEDULE": "1s,2s,4s",
             "HOOKSTREAM_RETRY_WINDOW": "5m",
             "HOOKSTREAM_ALLOW_PRIVATE_DESTINATIONS": "true",
             "HOOKSTREAM_WEB_PORT": str(settings.web_port),
+            "HOOKSTREAM_BREAKER_FAILURES": str(settings.breaker_failures),
+            "HOOKSTREAM_BREAKER_MIN_ATTEMPTS": str(settings.breaker_min_attempts),
             "HOOKSTREAM_TOPICS_FILE": str(settings.topics_file.resolve()),
         }
     )
@@ -83,6 +132,7 @@ def _worker_env(settings: Settings) -> dict[str, str]:
 def start_worker(settings: Settings) -> subprocess.Popen[bytes]:
     """`hookstream worker` in a child process, logging to the data dir."""
     log_path = settings.data_dir / "demo-worker.log"
+    (settings.data_dir / "demo-worker").mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log_file:
         return subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "worker"],
@@ -136,26 +186,67 @@ async def _wait_settled(
     return dead
 
 
+async def _wait_suspension(
+    settings: Settings, notices: Endpoint, say: Callable[[str], None], timeout_s: float = 60
+) -> dict[str, str]:
+    """Wait until the 404 endpoint is suspended and its owner's notice has arrived (H3, H5)."""
+    deadline = time.monotonic() + timeout_s
+    suspended: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        subs = await asyncio.to_thread(list_subscriptions, settings, "demo")
+        suspended = {
+            s.id: s.status_reason or "" for s in subs if s.status is SubscriptionStatus.SUSPENDED
+        }
+        if suspended and any(b"endpoint.suspended" in body for body in notices.bodies):
+            break
+        await asyncio.sleep(1)
+    for sub_id, reason in suspended.items():
+        say(f"  suspended {sub_id}: {reason}")
+    return suspended
+
+
+def _notice_line(body: bytes) -> str:
+    notice = orjson.loads(body)
+    data = notice.get("data", {})
+    facts = [
+        f"{k}={data[k]}" for k in ("subscription_id", "failure_count", "last_status") if k in data
+    ]
+    return f"{notice.get('type')} " + " ".join(facts)
+
+
 async def run_demo(per_type: int, say: Callable[[str], None], keep_running: bool) -> Summary:
     settings = demo_settings()
     began = time.monotonic()
     kafka = LocalKafka(settings, say=say)
     started = kafka.start()
     say(f"kafka ready at {started.bootstrap} ({started.seconds:.1f}s)")
+    worker_dir = settings.data_dir / "demo-worker"
+    await asyncio.to_thread(reset_demo_state, settings, worker_dir)
     plan = apply_topics(settings)
     say(f"topics: {'created/updated' if plan.has_changes else 'up to date'} (prefix demo.)")
     receivers = DemoReceivers()
     await receivers.start()
     for name, (behaviour, _, _) in ENDPOINTS.items():
-        receivers.add(name, behaviour)
+        await receivers.add(name, behaviour)
+    notices = await receivers.add("notices", "notices")
+    await asyncio.to_thread(set_policy, settings, DEMO_POLICY)
+    say("suspension policy: " + " ".join(f"{k}={v}" for k, v in DEMO_POLICY.items()))
     for name, (_, pattern, _) in ENDPOINTS.items():
+        data = {
+            "tenant_id": "demo",
+            "name": name,
+            "url": receivers.url(name),
+            "filters": [pattern],
+            "owner_emails": [f"{name}-owner@example.com"],
+        }
+        if name == "gone":  # its owner also gets notices as a signed webhook (H5)
+            data["notify_url"] = receivers.url("notices")
         sub = await asyncio.to_thread(
-            create_subscription,
-            settings,
-            {"tenant_id": "demo", "name": name, "url": receivers.url(name), "filters": [pattern]},
-            subscription_id=f"sub_demo_{name}",
+            create_subscription, settings, data, subscription_id=f"sub_demo_{name}"
         )
         receivers.endpoints[name].secret = sub.secrets[0].value
+        if name == "gone":
+            notices.secret = sub.secrets[0].value  # notices are signed with its secret
         say(f"subscription {sub.id}: {pattern:<10} -> {sub.url}")
     worker = start_worker(settings)
     say(f"worker started (pid {worker.pid}); log in {settings.data_dir / 'demo-worker.log'}")
@@ -166,16 +257,19 @@ async def run_demo(per_type: int, say: Callable[[str], None], keep_running: bool
         await asyncio.to_thread(publish_events, settings, events)
         say(f"published {len(events)} events; waiting for every delivery to settle")
         dead = await _wait_settled(settings, receivers, per_type, since_ms, 180, say)
+        suspended = await _wait_suspension(settings, notices, say)
         eps = receivers.endpoints
         return Summary(
             published=len(events),
             expected_deliveries=len(events) + per_type * 3,
-            delivered=sum(len(e.delivered) for e in eps.values()),
+            delivered=sum(len(e.delivered) for n, e in eps.items() if n != "notices"),
             attempts=sum(e.requests for e in eps.values()),
             retried_then_delivered=len(eps["flaky"].delivered),
             dead_lettered=dead,
             verified=sum(e.verified for e in eps.values()),
             bad_signatures=sum(e.bad_signatures for e in eps.values()),
+            suspended=suspended,
+            notices=[_notice_line(body) for body in notices.bodies],
             seconds=time.monotonic() - began,
         )
     finally:
