@@ -132,6 +132,15 @@ class Settings(BaseSettings):
     max_payload_bytes: int = Field(
         262144, ge=1024, description="Largest event payload accepted at ingest (F6)."
     )
+    ingest_rate: float = Field(
+        300.0,
+        gt=0,
+        description="Events per second one producer key may POST to /v1/events (3x a 100/s "
+        "baseline, F5); beyond it the answer is 429 with Retry-After.",
+    )
+    ingest_burst: float = Field(
+        300.0, ge=1, description="Events a producer key may send at once before pacing (F5)."
+    )
     archive_retention: Annotated[float, NoDecode] = Field(
         7 * 86400.0, description="How far back backfills and replays reach (default 7d)."
     )
