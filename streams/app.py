@@ -18,6 +18,7 @@ What the factory decides, once, for every hookstream worker:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, cast
 
@@ -206,8 +207,21 @@ def declare_changelogs(app: faust.App, settings: Settings) -> None:
         )
         for table in app.tables.values()
     ]
-    if specs:
-        TopicAdmin(settings).create(specs)
+    if not specs:
+        return
+    admin = TopicAdmin(settings)
+    admin.create(specs)
+    # Wait until the broker's metadata shows every changelog with its partitions: a worker
+    # that starts before that can still see a new changelog with none.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        state = admin.describe(spec.full_name for spec in specs)
+        if all(
+            spec.full_name in state and state[spec.full_name].partitions == spec.partitions
+            for spec in specs
+        ):
+            return
+        time.sleep(0.2)
 
 
 def run_worker(app: faust.App, settings: Settings) -> None:

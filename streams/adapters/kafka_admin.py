@@ -145,7 +145,9 @@ class TopicAdmin:
             topic = found[resource.name]
             states[resource.name] = TopicState(
                 partitions=len(topic.partitions),
-                replication_factor=max(len(p.replicas) for p in topic.partitions.values()),
+                replication_factor=max(
+                    (len(p.replicas) for p in topic.partitions.values()), default=0
+                ),
                 config={
                     key: entry.value
                     for key, entry in entries.items()
