@@ -27,6 +27,7 @@ from faust.tables.manager import TableManager
 
 from streams.adapters.kafka_admin import TopicAdmin
 from streams.adapters.lag import lag_component
+from streams.agents.backfill import backfill_component
 from streams.agents.health import health_component
 from streams.agents.notifier import notifier_component
 from streams.agents.pipeline import pipeline_component
@@ -42,6 +43,7 @@ Component = Callable[[faust.App, Settings], None]
 #: What `hookstream worker` runs. Each agent module adds its register function here.
 DEFAULT_COMPONENTS: list[Component] = [
     pipeline_component,
+    backfill_component,
     api_component,
     metrics_component,
     health_component,

@@ -132,6 +132,13 @@ class Settings(BaseSettings):
     max_payload_bytes: int = Field(
         262144, ge=1024, description="Largest event payload accepted at ingest (F6)."
     )
+    backfill_rate: float = Field(
+        5.0,
+        gt=0,
+        le=10000,
+        description="Default pace of backfills and replays, deliveries/s per subscription "
+        "(R2); never above the subscription's own rate_limit.",
+    )
     ingest_rate: float = Field(
         300.0,
         gt=0,

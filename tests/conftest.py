@@ -13,8 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from streams.settings import Settings, load_settings
+
+# Property tests judge correctness, not speed: on a loaded 2-core machine a single example can
+# take longer than Hypothesis' default 200 ms deadline, which would fail correct code.
+hypothesis_settings.register_profile("hookstream", deadline=None)
+hypothesis_settings.load_profile("hookstream")
 
 pytest_plugins = ["tests.receivers", "tests.smtp_server"]  # real local HTTP and SMTP servers
 

@@ -51,6 +51,7 @@ from streams.domain.models import (
     SubscriptionStatus,
 )
 from streams.domain.offsets import OffsetTracker
+from streams.domain.recovery import breaker_reset_due
 from streams.domain.settle import settle
 from streams.errors import DecodeError
 from streams.settings import Settings
@@ -98,6 +99,7 @@ class Dispatcher:
             window=settings.retry_window,
         )
         self._outbox = Outbox(settings, producer, tiers)
+        self._reenabled_seen: dict[str, int] = {}
         self._breakers = BreakerRegistry(
             BreakerConfig(
                 consecutive_failures=settings.breaker_failures,
@@ -207,6 +209,11 @@ class Dispatcher:
             return
         self._settled(tp, offset)
 
+    def breaker_state(self, url: str) -> str:
+        """The state of this worker's breaker for ``url``'s origin (S4)."""
+        breaker = self._breakers.peek(origin_of(url))
+        return BreakerState.CLOSED.value if breaker is None else breaker.state.value
+
     def _defer(self, delivery: Delivery, due_ms: int, reason: str) -> None:
         """Hand a delivery back to a retry tier without an attempt (H7, F1).
 
@@ -251,7 +258,10 @@ class Dispatcher:
     async def _attempt(self, sub: Subscription, delivery: Delivery) -> float | None:
         """One attempt through the breaker; returns a Retry-After pause for the subscription."""
         now_ms = int(self._clock() * 1000)
-        breaker = self._breakers.get(origin_of(sub.url), now_ms)
+        origin = origin_of(sub.url)
+        if breaker_reset_due(sub, self._reenabled_seen):
+            self._breakers.forget(origin)  # R1: a re-enabled endpoint starts with a closed breaker
+        breaker = self._breakers.get(origin, now_ms)
         admission = breaker.allow(now_ms)
         if not admission.admitted:
             # H7: not an attempt, not a failure: the delivery comes back when the breaker

@@ -33,7 +33,13 @@ from streams.adapters import codec
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.registry import publish_subscription
 from streams.agents.pipeline import Pipeline
-from streams.domain.health import HealthRecord, SuspendDecision, WarningDecision, apply_outcome
+from streams.domain.health import (
+    HealthRecord,
+    SuspendDecision,
+    WarningDecision,
+    apply_outcome,
+    reset,
+)
 from streams.domain.models import (
     ControlEvent,
     HealthOutcome,
@@ -43,6 +49,7 @@ from streams.domain.models import (
 )
 from streams.domain.notices import EarlyWarningNotice, SuspensionNotice, to_notification
 from streams.domain.policy import SuspensionPolicy
+from streams.domain.recovery import ControlKind
 from streams.errors import DecodeError
 from streams.services.archive import count_waiting
 from streams.settings import Settings
@@ -156,6 +163,13 @@ class HealthAgents:
     async def on_control(self, event: ControlEvent) -> None:
         if event.kind == SUSPEND_REQUESTED:
             await self.suspend(event)
+        elif event.kind == ControlKind.REENABLED.value:
+            # R1: a re-enabled subscription starts a new life: counters cleared, and failures
+            # of deliveries still in flight from before do not open a new episode
+            stored = self.health.get(event.subscription_id)
+            if stored is not None:
+                record = reset(HealthRecord.from_dict(stored), event.at)
+                self.health[event.subscription_id] = record.to_dict()
 
     async def suspend(self, event: ControlEvent) -> None:
         """H3: the guarded active -> suspended transition, once per episode."""

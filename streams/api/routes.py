@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from streams.api import recovery_views as rv
 from streams.api import schemas as s
 from streams.api import views as v
 from streams.api.context import ApiContext, ApiRequest, Reply
@@ -46,6 +47,11 @@ class Route:
 
 _LIMIT = Query("limit", {"type": "integer", "minimum": 1, "maximum": 500}, "Page size.")
 _SUB = "/v1/subscriptions/{id}"
+_WINDOW = Query(
+    "window",
+    {"type": "string", "enum": ["1h", "24h", "7d"]},
+    "The hourly windows overlapping the last 1h, 24h (default) or 7d.",
+)
 _404 = (404,)
 
 ROUTES: tuple[Route, ...] = (
@@ -83,15 +89,34 @@ ROUTES: tuple[Route, ...] = (
                                                           "error", "exhausted", "dead"]},
                     "Only deliveries in this state."), _LIMIT)),
     Route("get", f"{_SUB}/health", v.subscription_health,
-          "Health record and breaker state (not available yet: 501).", s.ERROR,
-          errors=(404, 501), tag="health"),
-    Route("post", f"{_SUB}/reenable", v.reenable_subscription,
-          "Re-enable a suspended subscription behind a probe (not available yet: 501).",
-          s.ERROR, errors=(404, 501)),
-    Route("post", f"{_SUB}/replay", v.replay_subscription,
-          "Replay a time range (not available yet: 501).", s.ERROR, errors=(404, 501)),
+          "Health record (H1) and this worker's breaker state for the endpoint (H7).",
+          s.HEALTH_RECORD, errors=(404,), tag="health"),
+    Route("post", f"{_SUB}/reenable", rv.reenable_subscription,
+          "Re-enable a suspended subscription behind one signed endpoint.probe; on success "
+          "it is active and its backfill starts. A failed probe answers 409 (probe_failed) "
+          "with the probe's status and error; the subscription stays suspended.",
+          s.REENABLE_RESULT, request=s.REENABLE_REQUEST, request_required=False,
+          errors=(400, 404, 409, 422)),
+    Route("post", f"{_SUB}/replay", rv.replay_subscription,
+          "Replay the archived events of a time range to this subscription, paced on the "
+          "backfill lane, or count them with dry_run.", s.REPLAY_RESULT,
+          request=s.REPLAY_RANGE_REQUEST, errors=(400, 404, 409, 422)),
+    Route("get", f"{_SUB}/stats", v.subscription_stats,
+          "Delivery analytics of a subscription over a window (O2).", s.SUBSCRIPTION_STATS,
+          errors=(404, 422, 503), tag="analytics", query=(_WINDOW,)),
+    Route("get", "/v1/tenants/{id}/stats", v.tenant_stats,
+          "Delivery analytics of a tenant: its subscriptions merged, and one row each (O2).",
+          s.TENANT_STATS, errors=(404, 422, 503), tag="analytics", query=(_WINDOW,)),
     Route("get", "/v1/deliveries/{id}", v.get_delivery, "A delivery and all its attempts.",
           s.DELIVERY, errors=_404, tag="deliveries"),
+    Route("post", "/v1/deliveries/{id}/replay", rv.replay_delivery,
+          "Send one delivery again with its webhook-id; 409 if it already succeeded, unless "
+          "confirm_duplicate.", s.REPLAY_RESULT, request=s.REPLAY_DELIVERY_REQUEST,
+          request_required=False, errors=(400, 404, 409, 422), tag="deliveries"),
+    Route("post", "/v1/dlq/replay", rv.replay_dead_letters,
+          "Send a subscription's dead letters again (by reason prefix and time), paced, "
+          "or count them with dry_run.", s.REPLAY_RESULT,
+          request=s.REPLAY_DLQ_REQUEST, errors=(400, 404, 409, 422), tag="deliveries"),
     Route("get", "/v1/dlq", v.list_dead_letters, "Dead letters.", s.DEAD_LETTER_LIST,
           errors=(404, 422), tag="deliveries", query=(
               Query("subscription_id", {"type": "string"}, "Only this subscription."),
@@ -100,8 +125,8 @@ ROUTES: tuple[Route, ...] = (
               Query("until", {"type": "integer", "minimum": 0}, "To (epoch ms, exclusive)."),
               _LIMIT)),
     Route("get", "/v1/health", v.health_summary,
-          "Counts of active, suspended, disabled and failing subscriptions (not available "
-          "yet: 501).", s.ERROR, errors=(501,), tag="health"),
+          "Counts of active, suspended, disabled and failing subscriptions, and each "
+          "visible subscription's health (S4).", s.HEALTH_SUMMARY, tag="health"),
     Route("get", "/openapi.json", v.openapi_document, "This OpenAPI document.",
           s.OPENAPI_DOCUMENT, auth=False, tag="meta"),
 )  # fmt: skip

@@ -73,6 +73,11 @@ SUBSCRIPTION: Schema = {
             "type": "string",
             "description": "The signing secret whsec_...: only in create and rotate answers.",
         },
+        "backfill": {
+            "type": ["object", "null"],
+            "description": "The running or last backfill/replay (R2): job_id, state, done, "
+            "total. Only in the answer of GET /v1/subscriptions/{id}.",
+        },
     },
     "required": ["id", "tenant_id", "url", "status"],
 }
@@ -159,6 +164,85 @@ DEAD_LETTER_LIST: Schema = {
     "required": ["items"],
 }
 
+_RATE = {
+    "type": "number",
+    "exclusiveMinimum": 0,
+    "maximum": 10000,
+    "description": "Deliveries per second (default 5); never above the subscription's rate_limit.",
+}
+_EPOCH_MS = {"type": "integer", "minimum": 0, "description": "Unix epoch milliseconds."}
+
+REENABLE_REQUEST: Schema = {
+    "type": "object",
+    "properties": {"rate": _RATE},
+    "additionalProperties": False,
+}
+
+PROBE_RESULT: Schema = {
+    "type": "object",
+    "properties": {
+        "delivery_id": _STR,
+        "status": {"type": ["integer", "null"]},
+        "outcome": {"type": "string", "enum": ["success", "retryable", "permanent", "fatal"]},
+        "reason": _STR,
+        "error": {"type": ["string", "null"]},
+        "latency_ms": {"type": "number"},
+    },
+    "required": ["delivery_id", "status", "outcome", "reason", "error"],
+}
+
+REENABLE_RESULT: Schema = {
+    "type": "object",
+    "properties": {
+        "reenabled": {"type": "boolean"},
+        "subscription": SUBSCRIPTION,
+        "probe": PROBE_RESULT,
+        "backfill": {"type": ["object", "null"], "description": "job_id and window."},
+        "error": _STR,
+        "message": _STR,
+    },
+    "required": ["reenabled", "subscription", "probe"],
+    "description": "The 409 answer of a failed probe has the same shape, with "
+    'error "probe_failed" and reenabled false.',
+}
+
+REPLAY_RANGE_REQUEST: Schema = {
+    "type": "object",
+    "properties": {
+        "since": _EPOCH_MS,
+        "until": _EPOCH_MS,
+        "dry_run": {"type": "boolean"},
+        "rate": _RATE,
+    },
+    "required": ["since", "until"],
+    "additionalProperties": False,
+}
+
+REPLAY_DELIVERY_REQUEST: Schema = {
+    "type": "object",
+    "properties": {"confirm_duplicate": {"type": "boolean"}},
+    "additionalProperties": False,
+}
+
+REPLAY_DLQ_REQUEST: Schema = {
+    "type": "object",
+    "properties": {
+        "subscription_id": _STR,
+        "reason": {"type": "string", "description": "Reason prefix, e.g. suspended."},
+        "since": _EPOCH_MS,
+        "until": _EPOCH_MS,
+        "dry_run": {"type": "boolean"},
+        "rate": _RATE,
+    },
+    "required": ["subscription_id"],
+    "additionalProperties": False,
+}
+
+REPLAY_RESULT: Schema = {
+    "type": "object",
+    "description": "What was started (job ids) or, with dry_run, counted.",
+}
+
 ERROR: Schema = {
     "type": "object",
     "properties": {
@@ -169,4 +253,135 @@ ERROR: Schema = {
     "required": ["error"],
 }
 
+HEALTH_RECORD: Schema = {
+    "type": "object",
+    "properties": {
+        "subscription_id": _STR,
+        "status": {"type": "string", "enum": ["active", "suspended", "disabled"]},
+        "status_reason": {"type": ["string", "null"]},
+        "suspended_at": {"type": ["integer", "null"]},
+        "health": {
+            "type": "object",
+            "description": "consecutive_failures, per-class counts, first_failure_at, "
+            "last_success_at, last outcome, status and error (H1).",
+        },
+        "breaker": {"type": "string", "enum": ["closed", "open", "half_open", "unknown"]},
+    },
+    "required": ["subscription_id", "status", "health", "breaker"],
+}
+
+HEALTH_SUMMARY: Schema = {
+    "type": "object",
+    "properties": {
+        "active": {"type": "integer"},
+        "suspended": {"type": "integer"},
+        "disabled": {"type": "integer"},
+        "failing": {"type": "integer"},
+        "failing_subscriptions": {"type": "array", "items": _STR},
+        "total": {"type": "integer"},
+        "subscriptions": {"type": "array", "items": HEALTH_RECORD},
+    },
+    "required": ["active", "suspended", "disabled", "failing", "total", "subscriptions"],
+}
+
 OPENAPI_DOCUMENT: Schema = {"type": "object", "description": "This document."}
+
+_RATE = {"type": ["number", "null"], "minimum": 0, "maximum": 1}
+_MS_OR_NULL = {"type": ["number", "null"], "description": "Milliseconds."}
+_PERCENTILES: Schema = {
+    "type": "object",
+    "properties": {"p50": _MS_OR_NULL, "p95": _MS_OR_NULL, "p99": _MS_OR_NULL},
+    "required": ["p50", "p95", "p99"],
+    "description": "Within 1% of the exact percentile (docs/observability.md, Analytics).",
+}
+_STATS_PROPERTIES: Schema = {
+    "window": {"type": "string", "enum": ["1h", "24h", "7d"]},
+    "since": {"type": "integer", "description": "Start of the first hourly window (epoch ms)."},
+    "until": {"type": "integer", "description": "When the report was made (epoch ms)."},
+    "attempts": {"type": "integer"},
+    "successes": {"type": "integer"},
+    "failures": {"type": "integer"},
+    "deliveries": {"type": "integer", "description": "Deliveries that ended in the span."},
+    "delivered": {"type": "integer"},
+    "failed": {"type": "integer", "description": "Dead-lettered or exhausted."},
+    "success_rate": _RATE,
+    "first_attempt_success_rate": _RATE,
+    "rescued_by_retry": {"type": "integer", "description": "Delivered after a failed attempt."},
+    "average_attempts": {"type": ["number", "null"]},
+    "mean_time_to_deliver_ms": _MS_OR_NULL,
+    "latency_ms": {**_PERCENTILES, "description": "Publish to the receiver's 2xx."},
+    "attempt_duration_ms": {**_PERCENTILES, "description": "One HTTP attempt."},
+    "most_failed_types": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {"event_type": _STR, "failures": {"type": "integer"}},
+            "required": ["event_type", "failures"],
+        },
+    },
+    "daily": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {
+                "day": {"type": "string", "format": "date"},
+                "deliveries": {"type": "integer"},
+                "delivered": {"type": "integer"},
+                "success_rate": _RATE,
+            },
+            "required": ["day", "deliveries", "delivered", "success_rate"],
+        },
+    },
+    "retry_backlog": {"type": "integer", "description": "Deliveries waiting in retry tiers."},
+    "timeout_ms": _MS_OR_NULL,
+    "latency_warning": {
+        "type": "boolean",
+        "description": "p95 attempt duration above 80% of the subscription's timeout.",
+    },
+}
+_STATS_REQUIRED = [
+    "window",
+    "attempts",
+    "success_rate",
+    "first_attempt_success_rate",
+    "rescued_by_retry",
+    "latency_ms",
+    "attempt_duration_ms",
+    "most_failed_types",
+    "daily",
+    "retry_backlog",
+    "latency_warning",
+]
+
+SUBSCRIPTION_STATS: Schema = {
+    "type": "object",
+    "properties": {"subscription_id": _STR, **_STATS_PROPERTIES},
+    "required": ["subscription_id", *_STATS_REQUIRED],
+}
+
+TENANT_STATS: Schema = {
+    "type": "object",
+    "properties": {
+        "tenant_id": _STR,
+        **_STATS_PROPERTIES,
+        "subscriptions": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "subscription_id": _STR,
+                    "name": _STR,
+                    "attempts": {"type": "integer"},
+                    "success_rate": _RATE,
+                    "p95_latency_ms": _MS_OR_NULL,
+                    "p95_attempt_duration_ms": _MS_OR_NULL,
+                    "retry_backlog": {"type": "integer"},
+                    "latency_warning": {"type": "boolean"},
+                },
+                "required": ["subscription_id", "attempts", "latency_warning"],
+            },
+        },
+        "latency_warnings": {"type": "array", "items": _STR},
+    },
+    "required": ["tenant_id", "subscriptions", "latency_warnings", *_STATS_REQUIRED],
+}

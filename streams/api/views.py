@@ -17,11 +17,12 @@ from typing import Any
 import orjson
 
 from streams.api.context import ApiContext, ApiRequest, Reply
-from streams.api.errors import NotImplementedYetError
 from streams.api.openapi import build_openapi
+from streams.api.recovery_views import progress_of
 from streams.domain.models import DeliveryState, Subscription, SubscriptionStatus
 from streams.errors import NotFoundError, ValidationError
-from streams.services import ledger
+from streams.services import health as health_service
+from streams.services import ledger, stats
 from streams.services import subscriptions as service
 
 DEFAULT_LIMIT = 100
@@ -134,7 +135,9 @@ async def create_subscription(ctx: ApiContext, req: ApiRequest) -> Reply:
 
 async def get_subscription(ctx: ApiContext, req: ApiRequest) -> Reply:
     sub = await ctx.visible(req.principal, req.params["id"])
-    return Reply(200, service.public_view(sub))
+    view = service.public_view(sub)
+    view["backfill"] = await progress_of(ctx, sub.id)
+    return Reply(200, view)
 
 
 async def update_subscription(ctx: ApiContext, req: ApiRequest) -> Reply:
@@ -225,36 +228,73 @@ async def list_dead_letters(ctx: ApiContext, req: ApiRequest) -> Reply:
     return Reply(200, {"items": plain(mine[-limit:])})
 
 
+# --- analytics (O2) -------------------------------------------------------------------------------
+
+
+def _analytics(ctx: ApiContext) -> stats.AnalyticsSource:
+    """The analytics tables; a worker without them folds the attempt ledger per request."""
+    store: stats.AnalyticsSource | None = getattr(ctx.app, "hookstream_analytics", None)
+    return stats.ScannedAnalytics(ctx.settings) if store is None else store
+
+
+async def subscription_stats(ctx: ApiContext, req: ApiRequest) -> Reply:
+    sub = await ctx.visible(req.principal, req.params["id"])
+    found = await stats.subscription_stats(_analytics(ctx), sub, req.query.get("window"))
+    return Reply(200, {"subscription_id": sub.id, "window": found.window, **plain(found.stats)})
+
+
+async def tenant_stats(ctx: ApiContext, req: ApiRequest) -> Reply:
+    tenant_id = req.params["id"]
+    if not req.principal.sees(tenant_id):
+        raise NotFoundError(f"tenant {tenant_id} not found")
+    registry = await ctx.ready_registry()
+    subs = service.list_subscriptions(ctx.settings, tenant_id, None, source=registry)
+    if not subs and req.principal.is_operator:
+        raise NotFoundError(f"tenant {tenant_id} has no subscriptions")
+    found = await stats.tenant_stats(_analytics(ctx), tenant_id, subs, req.query.get("window"))
+    return Reply(
+        200,
+        {
+            "tenant_id": tenant_id,
+            "window": found.window,
+            **plain(found.stats),
+            "subscriptions": plain(found.subscriptions),
+            "latency_warnings": list(found.latency_warnings),
+        },
+    )
+
+
 # --- being built elsewhere ----------------------------------------------------------------------
 
 
 async def subscription_health(ctx: ApiContext, req: ApiRequest) -> Reply:
-    await ctx.visible(req.principal, req.params["id"])
-    return health_summary_reply(ctx, req.params["id"])
+    """S4: one subscription's health record and its endpoint's breaker state."""
+    sub = await ctx.visible(req.principal, req.params["id"])
+    records = await asyncio.to_thread(health_service.health_records, ctx.settings)
+    breaker = _breaker_state(ctx, sub)
+    return Reply(200, health_service.record_view(sub, records.get(sub.id), breaker))
 
 
 async def health_summary(ctx: ApiContext, req: ApiRequest) -> Reply:
-    del req
-    return health_summary_reply(ctx, None)
+    """S4: counts per status, failing subscriptions, and each visible subscription's health."""
+    registry = await ctx.ready_registry()
+    subs = [s for s in registry.all() if req.principal.sees(s.tenant_id)]
+    records = await asyncio.to_thread(health_service.health_records, ctx.settings)
+    body = health_service.summary(subs, records)
+    body["subscriptions"] = [
+        health_service.record_view(s, records.get(s.id), _breaker_state(ctx, s)) for s in subs
+    ]
+    return Reply(200, body)
 
 
-def health_summary_reply(ctx: ApiContext, subscription_id: str | None) -> Reply:
-    """S4, for the lead to fill once the health table exists: the whole summary when
-    ``subscription_id`` is None, else that subscription's health record and breaker state."""
-    del ctx, subscription_id
-    raise NotImplementedYetError("the health summary is not available in this release yet")
-
-
-async def reenable_subscription(ctx: ApiContext, req: ApiRequest) -> Reply:
-    await ctx.visible(req.principal, req.params["id"])
-    raise NotImplementedYetError(
-        "re-enable behind a probe (R1) is not available in this release yet"
-    )
-
-
-async def replay_subscription(ctx: ApiContext, req: ApiRequest) -> Reply:
-    await ctx.visible(req.principal, req.params["id"])
-    raise NotImplementedYetError("replay (R3) is not available in this release yet")
+def _breaker_state(ctx: ApiContext, sub: Subscription) -> str:
+    """This worker's breaker for the subscription's origin (closed when it has none)."""
+    pipeline = getattr(ctx.app, "hookstream_pipeline", None)
+    dispatcher = getattr(pipeline, "dispatcher", None)
+    if dispatcher is None:
+        return "unknown"
+    state: str = dispatcher.breaker_state(sub.url)
+    return state
 
 
 # --- the document -------------------------------------------------------------------------------

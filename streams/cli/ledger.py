@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from streams.cli.common import echo_json, fmt_ms, json_option, parse_time, settings
+from streams.cli.replay import dlq_replay
 from streams.services import ledger
 
 
@@ -90,3 +91,6 @@ def dlq_list(
             f"attempts={d.attempts} status={d.last_status}"
         )
     click.echo(f"{len(found)} dead letters")
+
+
+dlq.add_command(dlq_replay)

@@ -24,6 +24,9 @@ COMMANDS: dict[str, str] = {
     "lag": "streams.cli.lag:lag",
     "keys": "streams.cli.keys:keys",
     "bench": "streams.cli.bench:bench",
+    "stats": "streams.cli.stats:stats",
+    "replay": "streams.cli.replay:replay",
+    "health": "streams.cli.health:health",
 }
 
 

@@ -9,12 +9,13 @@ import click
 
 from streams.adapters.ssrf import guarded_transport
 from streams.cli.common import echo_json, json_option, settings
+from streams.services import recovery
 from streams.services import subscriptions as service
 
 
 @click.group()
 def subs() -> None:
-    """Create, list, show, update, disable, enable, test and delete subscriptions."""
+    """Create, list, show, update, disable, enable, reenable, test and delete subscriptions."""
 
 
 @subs.command()
@@ -95,8 +96,10 @@ def list_(tenant_id: str | None, status: str | None, as_json: bool) -> None:
 @click.argument("subscription_id")
 @json_option
 def show(subscription_id: str, as_json: bool) -> None:
-    """Show one subscription (secrets are never shown)."""
-    view = service.public_view(service.get_subscription(settings(), subscription_id))
+    """Show one subscription (secrets are never shown) and its backfill's progress."""
+    config = settings()
+    view = service.public_view(service.get_subscription(config, subscription_id))
+    view["backfill"] = recovery.backfill_progress(config, subscription_id)
     if as_json:
         echo_json(view)
         return
@@ -219,3 +222,37 @@ def test_(subscription_id: str, as_json: bool) -> None:
         f"{result.outcome} ({result.reason}) status={result.status} "
         f"{result.latency_ms:.1f} ms{'  ' + result.error if result.error else ''}"
     )
+
+
+@subs.command()
+@click.argument("subscription_id")
+@click.option(
+    "--rate", type=float, default=None, help="Backfill deliveries/s (default 5, capped by limit)."
+)
+@json_option
+def reenable(subscription_id: str, rate: float | None, as_json: bool) -> None:
+    """Re-enable a suspended subscription behind a probe, then backfill what it missed (R1)."""
+    config = settings()
+
+    async def run() -> recovery.ReenableResult:
+        transport = guarded_transport(config, body_cap=config.response_body_cap)
+        try:
+            return await recovery.reenable(config, subscription_id, transport, rate=rate)
+        finally:
+            await transport.aclose()
+
+    result = asyncio.run(run())
+    if as_json:
+        echo_json(result.view())
+    else:
+        probe = result.probe
+        click.echo(
+            f"probe {probe.outcome} ({probe.reason}) status={probe.status} "
+            f"{probe.latency_ms:.1f} ms{'  ' + probe.error if probe.error else ''}"
+        )
+        if result.ok:
+            click.echo(f"reenabled {subscription_id}; backfill job {result.job_id} started")
+    if not result.ok:
+        raise click.ClickException(
+            f"{subscription_id} stays suspended ({result.subscription.status_reason})"
+        )

@@ -380,6 +380,10 @@ class BreakerRegistry:
         self._sweep(now_ms, budget=2)
         return breaker
 
+    def forget(self, origin: str) -> None:
+        """Drop ``origin``'s breaker: the next request starts a fresh, closed one (R1)."""
+        self._breakers.pop(origin, None)
+
     def peek(self, origin: str) -> Breaker | None:
         """The breaker of ``origin`` if one exists, without touching it."""
         return self._breakers.get(origin)

@@ -285,7 +285,7 @@ def test_services_never_log_secrets(
 
 
 def test_ledger_views_and_not_yet_available(api_worker: ApiWorker) -> None:
-    """D7, D8 through the API; health, reenable and replay say clearly they are not there yet."""
+    """D7, D8 and S4 through the API; re-enabling an active subscription is refused."""
     with api_worker.client() as api:
         sub = _create(api, "http://127.0.0.1:9/l")
         deliveries = api.get(f"/v1/subscriptions/{sub['id']}/deliveries?status=dead")
@@ -293,5 +293,9 @@ def test_ledger_views_and_not_yet_available(api_worker: ApiWorker) -> None:
         assert api.get("/v1/deliveries/nope").status_code == 404
         assert api.get("/v1/dlq", params={"reason": "http_404"}).json() == {"items": []}
         assert api.get("/v1/dlq", params={"since": "yesterday"}).status_code == 422
-        assert api.get("/v1/health").status_code == 501
-        assert api.post(f"/v1/subscriptions/{sub['id']}/reenable").status_code == 501
+        summary = api.get("/v1/health")
+        assert summary.status_code == 200 and summary.json()["active"] >= 1
+        health = api.get(f"/v1/subscriptions/{sub['id']}/health").json()
+        assert health["health"]["consecutive_failures"] == 0 and health["breaker"] == "closed"
+        reenable = api.post(f"/v1/subscriptions/{sub['id']}/reenable")
+        assert reenable.status_code == 409, "only a suspended subscription is re-enabled (R1)"

@@ -27,6 +27,8 @@ NOT_FUZZED = (
     "health_summary",
     "reenable_subscription",
     "replay_subscription",
+    "replay_delivery",
+    "replay_dead_letters",
 )
 
 

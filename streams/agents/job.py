@@ -1,0 +1,189 @@
+"""One backfill or replay job, run to its end: dead letters first, then the archive window.
+
+`JobRun` is the body of a job for `streams.agents.backfill.BackfillRunner`. It waits until the
+worker's registry shows the subscription version the job was made for (so the dispatcher does
+not park its records as if the subscription were still suspended), fixes the job's ranges and
+total on its first run, then writes each selected delivery to the `backfill` topic at the job's
+pace, checkpointing its progress about once a second. Dead letters selected by the job are
+written first; an archived event whose delivery was among them is not written twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from confluent_kafka import Producer
+
+from streams.adapters import codec
+from streams.adapters.archive_reader import ArchiveReader
+from streams.adapters.kafka_clients import ProduceTracker, produce
+from streams.adapters.registry import SubscriptionRegistry
+from streams.domain.idempotency import delivery_id
+from streams.domain.models import DeadLetter, Delivery, Subscription
+from streams.domain.pacing import Pacer, effective_rate
+from streams.domain.recovery import (
+    Job,
+    JobState,
+    Progress,
+    from_letter,
+    letter_selected,
+    redelivery,
+    selects,
+)
+from streams.services.ledger import list_dead_letters
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: How long a job waits for the worker's registry to show the version it was made for.
+VERSION_WAIT_S = 30.0
+#: A pause before the first record, so every worker's registry has the new version too.
+START_GRACE_S = 1.0
+CHECKPOINT_EVERY_S = 1.0
+
+
+class JobRun:
+    def __init__(
+        self,
+        settings: Settings,
+        registry: SubscriptionRegistry,
+        job: Job,
+        progress: Progress,
+        clock: Callable[[], float],
+        sleep: Callable[[float], Awaitable[Any]],
+        producer: Producer,
+        acks: ProduceTracker,
+        checkpoint: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._settings = settings
+        self._registry = registry
+        self.job = job
+        self.progress = progress
+        self._clock = clock
+        self._sleep = sleep
+        self._producer = producer
+        self._acks = acks
+        self._checkpoint = checkpoint
+        self._topic = settings.topic("backfill")
+        self._pacer = Pacer(job.rate)
+        self._last_checkpoint = time.monotonic()
+        self._dlq_ids: set[str] = set()
+        self._seen: set[str] = set()
+
+    # --- the phases ----------------------------------------------------------------------------
+    async def execute(self) -> None:
+        sub = await self._subscription()
+        if sub is None:
+            self.progress.state = JobState.ABORTED
+            return
+        letters = await asyncio.to_thread(self._letters, sub)
+        self._dlq_ids = {d.delivery.delivery_id for d in letters if d.delivery is not None}
+        reader = ArchiveReader(self._settings)
+        try:
+            if not self.progress.started:
+                await asyncio.to_thread(self._plan, reader, sub, len(letters))
+                await self._checkpoint()
+            await self._sleep(START_GRACE_S)
+            await self._write_letters(letters)
+            await self._write_archive(reader)
+        finally:
+            await asyncio.to_thread(reader.close)
+        if self.progress.state is JobState.RUNNING:
+            self.progress.state = JobState.FINISHED
+        await self._checkpoint()
+
+    async def _subscription(self) -> Subscription | None:
+        deadline = time.monotonic() + VERSION_WAIT_S
+        while True:
+            sub = self._registry.get(self.job.subscription_id)
+            if sub is not None and sub.updated_at >= self.job.min_version:
+                return sub
+            if time.monotonic() > deadline:
+                return sub  # a newer write may have replaced it; deleted: None
+            await asyncio.sleep(0.1)
+
+    def _letters(self, sub: Subscription) -> list[DeadLetter]:
+        window = self.job.dlq_window
+        if window is None:
+            return []
+        found = list_dead_letters(self._settings, sub.id)
+        return [d for d in found if letter_selected(d, sub.id, self.job.dlq_reason, window)]
+
+    def _plan(self, reader: ArchiveReader, sub: Subscription, letters: int) -> None:
+        """Fix the archive ranges and count the total, once per job."""
+        total = letters
+        window = self.job.archive_window
+        if window is not None:
+            ranges = reader.ranges(window)
+            self.progress.positions = {p: start for p, (start, _end) in ranges.items()}
+            self.progress.ends = {p: end for p, (_start, end) in ranges.items()}
+            seen: set[str] = set()
+            for record in reader.read(sub.tenant_id, ranges):
+                event = record.event
+                if event is None or not selects(sub, event) or event.id in seen:
+                    continue
+                seen.add(event.id)
+                if delivery_id(event.id, sub.id) not in self._dlq_ids:
+                    total += 1
+        self.progress.total = total
+        self.progress.started = True
+
+    async def _write_letters(self, letters: list[DeadLetter]) -> None:
+        for letter in letters[self.progress.dlq_written :]:
+            sub = self._current()
+            if sub is None:
+                return
+            now_ms = int(self._clock() * 1000)
+            await self._send(sub, from_letter(letter, self.job.lane, now_ms))
+            self.progress.dlq_written += 1
+            await self._maybe_checkpoint()
+        self.progress.dlq_finished = True
+
+    async def _write_archive(self, reader: ArchiveReader) -> None:
+        progress = self.progress
+        if not progress.ends:
+            return
+        reader.start(dict(progress.positions), dict(progress.ends))
+        loop = asyncio.get_running_loop()
+        while not reader.finished:
+            sub = self._current()
+            if sub is None:
+                return
+            batch = await loop.run_in_executor(None, reader.batch, sub.tenant_id)
+            for record in batch:
+                event = record.event
+                if event is not None and selects(sub, event) and event.id not in self._seen:
+                    self._seen.add(event.id)
+                    key = delivery_id(event.id, sub.id)
+                    if key not in self._dlq_ids:
+                        now_ms = int(self._clock() * 1000)
+                        await self._send(sub, redelivery(key, sub, event, self.job.lane, 1, now_ms))
+                progress.positions[record.partition] = record.offset + 1
+                await self._maybe_checkpoint()
+
+    # --- writing -------------------------------------------------------------------------------
+    def _current(self) -> Subscription | None:
+        """The subscription now; None when it was deleted (the job is aborted). A suspended or
+        disabled one still gets its records: the dispatcher parks them (H4), nothing is lost."""
+        sub = self._registry.get(self.job.subscription_id)
+        if sub is None:
+            self.progress.state = JobState.ABORTED
+        return sub
+
+    async def _send(self, sub: Subscription, delivery: Delivery) -> None:
+        self._pacer.set_rate(effective_rate(self.job.rate, self.job.rate, sub.rate_limit))
+        wait = self._pacer.reserve(self._clock())
+        if wait > 0:
+            await self._sleep(wait)
+        produce(self._producer, self._topic, sub.id, codec.encode(delivery), on_delivery=self._acks)
+        self._producer.poll(0)
+        self.progress.done += 1
+
+    async def _maybe_checkpoint(self) -> None:
+        if time.monotonic() - self._last_checkpoint >= CHECKPOINT_EVERY_S:
+            self._last_checkpoint = time.monotonic()
+            await self._checkpoint()
