@@ -167,6 +167,9 @@ def create_app(settings: Settings, components: Iterable[Component] = ()) -> faus
         topic_disable_leader=True,
         consumer_auto_offset_reset="earliest",
         broker_commit_every=1000,
+        # notice a dead worker within seconds, as the lanes' consumers do (session 10 s)
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=3.0,
         broker_commit_interval=1.0,
         stream_processing_timeout=60.0,
         web_enabled=True,

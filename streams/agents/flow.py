@@ -139,8 +139,10 @@ class FlowControl:
         """Take one delivery in; it is attempted when its limits allow, or deferred."""
         flow = self._flow(sub)
         if len(flow.queue) >= flow.cap:
-            rate = sub.rate_limit or 1.0
-            wait_s = max(1.0, len(flow.queue) / rate, flow.paused_until - self._clock())
+            # throttled: come back when the queue ahead has drained at the subscription's rate;
+            # unthrottled (a slow origin holds it): look again in a second
+            ahead = len(flow.queue) / sub.rate_limit if sub.rate_limit else 1.0
+            wait_s = max(1.0, ahead, flow.paused_until - self._clock())
             self._defer(delivery, int((self._clock() + wait_s) * 1000), "rate_limited")
             self._settled(tp, offset)
             return
