@@ -1,4 +1,4 @@
-"""The curl examples of docs/api.md run as written against a real worker (STYLE practice 12)."""
+"""The README's curl examples run as written against a real worker (STYLE practice 12)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,16 @@ from tests.integration.test_api import ADMIN, ApiWorker, api_worker
 pytestmark = pytest.mark.integration
 __all__ = ["api_worker"]
 
+_MARK = "<!-- tests/integration/test_readme_curl.py runs the next block against a real worker -->"
 _BLOCK = re.compile(r"^```bash\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
 def examples() -> str:
-    blocks = _BLOCK.findall((REPO / "docs" / "api.md").read_text())
-    assert len(blocks) == 1, "docs/api.md must hold exactly one ```bash block of examples"
-    return str(blocks[0])
+    readme = (REPO / "README.md").read_text()
+    assert _MARK in readme, "the README's API examples lost their marker"
+    block = _BLOCK.search(readme, readme.index(_MARK))
+    assert block is not None, "no ```bash block after the marker"
+    return str(block.group(1))
 
 
 def test_docs_curl_examples_run(api_worker: ApiWorker) -> None:
