@@ -14,13 +14,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import Producer
+
 from streams.adapters.http import Transport
+from streams.adapters.kafka_clients import make_producer
 from streams.adapters.registry import ApiKeyRegistry, SubscriptionRegistry
 from streams.adapters.ssrf import guarded_transport
 from streams.api.auth import Principal
 from streams.api.errors import UnavailableError
 from streams.domain.models import Subscription
 from streams.errors import NotFoundError
+from streams.services.ingest import IngestLimiter
 from streams.settings import Settings
 
 #: How long a write waits for the live registry to show it before answering anyway.
@@ -54,6 +58,26 @@ class ApiContext:
     clock: Callable[[], float] = time.time
     routes: tuple[Any, ...] = ()
     _transport: Transport | None = field(default=None, repr=False)
+    _producer: Producer | None = field(default=None, repr=False)
+    _ingest_limiter: IngestLimiter | None = field(default=None, repr=False)
+
+    def producer(self) -> Producer:
+        """The worker's producer (the pipeline's), or one of the API's own."""
+        pipeline = getattr(self.app, "hookstream_pipeline", None)
+        if pipeline is not None:
+            shared: Producer = pipeline.producer
+            return shared
+        if self._producer is None:
+            self._producer = make_producer(self.settings)
+        return self._producer
+
+    def ingest_limiter(self) -> IngestLimiter:
+        """The per-producer token buckets of this worker (F5)."""
+        if self._ingest_limiter is None:
+            self._ingest_limiter = IngestLimiter(
+                self.settings.ingest_rate, self.settings.ingest_burst
+            )
+        return self._ingest_limiter
 
     @property
     def registry(self) -> SubscriptionRegistry:

@@ -63,6 +63,19 @@ class NotImplementedYetError(ApiError):
     code = "not_implemented"
 
 
+class TooManyRequestsError(ApiError):
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message, {"Retry-After": str(retry_after_s)})
+
+
+class PayloadTooLargeApiError(ApiError):
+    status = 413
+    code = "payload_too_large"
+
+
 class UnavailableError(ApiError):
     status = 503
     code = "unavailable"

@@ -13,11 +13,14 @@ _PARAM = re.compile(r"{(\w+)}")
 _REASONS = {
     200: "OK",
     201: "Created",
+    202: "Accepted: written to Kafka, delivery follows",
     400: "The body is not a JSON object",
     401: "Missing or invalid API key",
     404: "Not found, or not visible to this key",
     409: "Conflicts with the subscription's state",
+    413: "The request or one of its events is larger than the limit",
     422: "Invalid input; fields names each bad field",
+    429: "Over the producer's rate limit; try again after Retry-After seconds",
     501: "Not available in this release yet",
     503: "Kafka or the registry is not reachable right now",
 }

@@ -127,6 +127,11 @@ ROUTES: tuple[Route, ...] = (
     Route("get", "/v1/health", v.health_summary,
           "Counts of active, suspended, disabled and failing subscriptions, and each "
           "visible subscription's health (S4).", s.HEALTH_SUMMARY, tag="health"),
+    Route("post", "/v1/events", v.ingest_events,
+          "Publish one event, or a batch as {\"events\": [...]}, for the key's tenant: all or "
+          "nothing. Over the producer's rate: 429 with Retry-After (F5); too large: 413 (F6).",
+          s.INGEST_RESULT, status=202, request=s.INGEST_REQUEST, errors=(413, 422, 429),
+          tag="events"),
     Route("get", "/openapi.json", v.openapi_document, "This OpenAPI document.",
           s.OPENAPI_DOCUMENT, auth=False, tag="meta"),
 )  # fmt: skip

@@ -284,6 +284,18 @@ HEALTH_SUMMARY: Schema = {
     "required": ["active", "suspended", "disabled", "failing", "total", "subscriptions"],
 }
 
+INGEST_REQUEST: Schema = {
+    "type": "object",
+    "description": 'One event {id, type, timestamp, data, tenant_id?} or {"events": [...]}; '
+    "a tenant key publishes for its own tenant.",
+}
+
+INGEST_RESULT: Schema = {
+    "type": "object",
+    "properties": {"accepted": {"type": "integer"}, "ids": {"type": "array", "items": _STR}},
+    "required": ["accepted", "ids"],
+}
+
 OPENAPI_DOCUMENT: Schema = {"type": "object", "description": "This document."}
 
 _RATE = {"type": ["number", "null"], "minimum": 0, "maximum": 1}

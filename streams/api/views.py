@@ -11,18 +11,20 @@ import asyncio
 import base64
 import binascii
 import dataclasses
+import time
 from enum import Enum
 from typing import Any
 
 import orjson
 
 from streams.api.context import ApiContext, ApiRequest, Reply
+from streams.api.errors import PayloadTooLargeApiError, TooManyRequestsError
 from streams.api.openapi import build_openapi
 from streams.api.recovery_views import progress_of
 from streams.domain.models import DeliveryState, Subscription, SubscriptionStatus
 from streams.errors import NotFoundError, ValidationError
 from streams.services import health as health_service
-from streams.services import ledger, stats
+from streams.services import ingest, ledger, stats
 from streams.services import subscriptions as service
 
 DEFAULT_LIMIT = 100
@@ -295,6 +297,28 @@ def _breaker_state(ctx: ApiContext, sub: Subscription) -> str:
         return "unknown"
     state: str = dispatcher.breaker_state(sub.url)
     return state
+
+
+# --- ingest (F5, F6) ---------------------------------------------------------------------------
+
+
+async def ingest_events(ctx: ApiContext, req: ApiRequest) -> Reply:
+    """Accept one event or a batch for the caller's tenant; all or nothing."""
+    body = orjson.dumps(req.body)
+    now = time.time()
+    try:
+        events = ingest.parse_events(body, req.principal.tenant_id, ctx.settings, int(now * 1000))
+    except ingest.PayloadTooLargeError as exc:
+        raise PayloadTooLargeApiError(str(exc)) from exc
+    producer = req.principal.key_id or "operator"
+    throttled = ctx.ingest_limiter().admit(producer, len(events), now)
+    if throttled is not None:
+        raise TooManyRequestsError(
+            f"over this producer's limit of {ctx.settings.ingest_rate:g} events/s",
+            retry_after_s=throttled.retry_after_s,
+        )
+    await ingest.publish(ctx.settings, ctx.producer(), events)
+    return Reply(202, {"accepted": len(events), "ids": [e.id for e in events]})
 
 
 # --- the document -------------------------------------------------------------------------------
