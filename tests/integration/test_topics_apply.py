@@ -190,7 +190,7 @@ def test_x1_cli_apply_dry_run_json_then_apply_then_no_changes(
     applied = runner.invoke(cli, ["topics", "apply"], env=env)
     assert applied.exit_code == 0, applied.output
     assert f"+ create {settings.topic('routed')}" in applied.output
-    assert "applied 12 change(s)" in applied.output
+    assert f"applied {len(load_topology(settings).topics)} change(s)" in applied.output
 
     again = runner.invoke(cli, ["topics", "apply"], env=env)
     assert again.exit_code == 0, again.output
