@@ -34,8 +34,8 @@ worker: topics ## Run one worker in the foreground
 	$(BIN)/hookstream worker
 
 check: install ## Lint, format check and mypy --strict
-	$(BIN)/ruff check streams tests bench
-	$(BIN)/ruff format --check streams tests bench
+	$(BIN)/ruff check streams tests bench chaos
+	$(BIN)/ruff format --check streams tests bench chaos
 	$(BIN)/mypy
 
 test: install kafka ## Run every test against the real local Kafka
@@ -55,7 +55,13 @@ bench: install kafka ## Run every benchmark (long); results in bench/results and
 bench-smoke: install kafka ## A short run of the benchmark harness (sane figures, no thresholds)
 	$(BIN)/python -m bench.e2e --scenario smoke --runs 1 --no-docs --results-dir bench/results
 
+chaos: install kafka ## Q1 chaos run: 100k deliveries, kill -9 a worker every 10-30 s, one broker restart
+	$(BIN)/python -m chaos.run --deliveries 100000 --kills 12 --broker-restart --seed 7 --rate 400 --report chaos-report.json
+
+soak: install kafka ## 30-minute soak: worker RSS, open fds and RocksDB size every 10 s
+	$(BIN)/python -m chaos.soak --minutes 30 --rate 200 --report soak-report.json
+
 deploy-check: install ## Validate the Dockerfile, docker-compose.yml and the Helm chart
 	HOOKSTREAM_PYTHON=$(BIN)/python bash deploy/validate.sh
 
-.PHONY: help install kafka kafka-stop topics demo worker check test test-unit bench bench-smoke deploy-check
+.PHONY: help install kafka kafka-stop topics demo worker check test test-unit bench bench-smoke chaos soak deploy-check

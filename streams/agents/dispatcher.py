@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 COMMIT_INTERVAL_S = 0.2
+# How long a rebalance waits for attempts under way on revoked partitions.
+REVOKE_GRACE_S = 10.0
 # Retries of one tier partition held in memory waiting for their due time; past this the
 # partition is paused until half of them have fired (memory stays bounded, nothing polls).
 READ_AHEAD = 2000
@@ -137,6 +139,11 @@ class Dispatcher:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in partitions]
+        # Let attempts already under way on these partitions finish and settle first (one
+        # deadline), so their offsets are committed and the new owner does not send them again.
+        deadline = time.monotonic() + REVOKE_GRACE_S
+        while time.monotonic() < deadline and any(self._flow.running[tp] > 0 for tp in tps):
+            time.sleep(0.05)
         with self._lock:
             positions = {tp: pos for tp in tps if (pos := self._tracker.position(tp)) is not None}
             self._tracker.revoke(tps)
@@ -222,8 +229,12 @@ class Dispatcher:
         once for health, so a dead endpoint is still suspended and nothing waits forever.
         """
         now_ms = int(self._clock() * 1000)
+        # Backpressure (a full queue) never expires a delivery: the subscription is healthy,
+        # only busy. A delivery the breaker keeps from a dead endpoint does, once its window
+        # (from its first attempt, or from routing) has passed.
         started = delivery.first_attempt_at or delivery.routed_at or now_ms
-        if due_ms - started > self._settings.retry_window * 1000:
+        window_over = due_ms - started > self._settings.retry_window * 1000
+        if window_over and reason == "breaker_open":
             self._expire(delivery, f"exhausted:{reason}", now_ms)
             return
         self._outbox.defer(delivery, due_ms, now_ms, self._settings.retry_jitter)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -111,6 +111,7 @@ class FlowControl:
         self._clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
         self.queued = 0
+        self.running: Counter[TP] = Counter()  # attempts under way, per source partition
 
     @property
     def busy(self) -> int:
@@ -165,6 +166,10 @@ class FlowControl:
             in_flight = flow.in_flight
             await in_flight.acquire()
             await origin.acquire()
+            if not flow.queue:  # emptied meanwhile (revoked partitions): nothing to start
+                origin.release()
+                in_flight.release()
+                break
             # checked after the slots: an attempt that just ended may have paused the flow
             now = self._clock()
             wait = max(flow.paused_until - now, flow.bucket.wait(now) if flow.bucket else 0.0)
@@ -177,6 +182,7 @@ class FlowControl:
                 flow.bucket.take(self._clock())
             tp, offset, delivery = flow.queue.popleft()
             self.queued -= 1
+            self.running[tp] += 1
             self._spawn(self._run(flow, in_flight, origin, tp, offset, delivery))
 
     async def _run(
@@ -200,6 +206,7 @@ class FlowControl:
         finally:
             origin.release()
             in_flight.release()
+            self.running[tp] -= 1
             self._settled(tp, offset)
 
     async def drain(self, timeout_s: float) -> None:

@@ -90,6 +90,12 @@ def _url(value: Any, *, allow_http: bool) -> str:
         raise ValueError("has no host")
     if parts.username or parts.password:
         raise ValueError("must not carry credentials; use a custom header")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0 and parts.netloc.rpartition("]")[2].count(":"):
+        raise ValueError("has an invalid port")
     return value
 
 

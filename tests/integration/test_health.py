@@ -197,7 +197,7 @@ def test_h7_breaker_defers_then_delivers_after_recovery_and_flapping_is_not_susp
     with HealthEnv(settings, tmp_path) as env:
         env.policy(suspend__retryable="3,0s", early_warning_at="1000")
         env.start_workers()
-        sub = env.subscribe(url)
+        sub = env.subscribe(url, max_in_flight=1)  # one attempt at a time: the trip is seen
         events = env.publish(20)
         time.sleep(4)
         attempts_while_down = _requests(receiver, "/hook")

@@ -1,0 +1,163 @@
+"""A farm of real local webhook receivers for the chaos run and the soak.
+
+Several aiohttp servers on loopback, each its own origin (so each has its own breaker, H8),
+served from one background thread. A path picks a behaviour:
+
+- ``/ok``: 200 at once; ``/slow``: 200 after 20 ms;
+- ``/flaky``: a quarter of the deliveries get 503 on their first attempt, then 200;
+- ``/gone``: 410 and ``/missing``: 404, which hookstream dead-letters (D5).
+
+For each ``webhook-id`` the farm counts requests and 2xx answers: the audit's view of what the
+endpoints received. It keeps counters only, never bodies, so a long run stays small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+BEHAVIOURS = ("ok", "slow", "flaky", "gone", "missing")
+SLOW_S = 0.02
+
+
+@dataclass
+class FarmTally:
+    """What the endpoints saw, per delivery id (``webhook-id``)."""
+
+    requests: Counter[str] = field(default_factory=Counter)
+    ok: Counter[str] = field(default_factory=Counter)
+    statuses: Counter[int] = field(default_factory=Counter)
+    unsigned: int = 0  # requests without a webhook-id or signature: should stay 0
+    last_request_at: float = 0.0
+    duplicate_at: list[float] = field(default_factory=list)  # when each extra 2xx came
+
+
+def flaky_fails_first(webhook_id: str) -> bool:
+    """Whether ``/flaky`` answers this delivery's first attempt with 503 (one in four)."""
+    return hashlib.sha256(webhook_id.encode()).digest()[0] % 4 == 0
+
+
+class ReceiverFarm:
+    """``origins`` receivers, each serving every behaviour path; see the module docstring."""
+
+    def __init__(self, origins: int = 3) -> None:
+        self._origins = origins
+        self.ports: list[int] = []
+        self._tally = FarmTally()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    def url(self, origin: int, behaviour: str) -> str:
+        if behaviour not in BEHAVIOURS:
+            raise ValueError(f"unknown behaviour {behaviour!r}")
+        return f"http://127.0.0.1:{self.ports[origin % len(self.ports)]}/{behaviour}"
+
+    def snapshot(self) -> FarmTally:
+        with self._lock:
+            return FarmTally(
+                Counter(self._tally.requests),
+                Counter(self._tally.ok),
+                Counter(self._tally.statuses),
+                self._tally.unsigned,
+                self._tally.last_request_at,
+                list(self._tally.duplicate_at),
+            )
+
+    def last_request_at(self) -> float:
+        with self._lock:
+            return self._tally.last_request_at
+
+    def total_requests(self) -> int:
+        with self._lock:
+            return self._tally.statuses.total()
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def start(self) -> ReceiverFarm:
+        self._thread = threading.Thread(target=self._run, name="chaos-farm", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(20):
+            raise RuntimeError("the receiver farm did not start within 20 s")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(20)
+            self._thread = None
+
+    def __enter__(self) -> ReceiverFarm:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- the farm's thread ----------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # handed to the starting thread
+            self._error = exc
+            self._ready.set()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/{behaviour}", self._handle)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        for _ in range(self._origins):
+            site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
+            await site.start()
+            server = site._server  # aiohttp keeps the bound socket only here
+            assert isinstance(server, asyncio.Server)
+            self.ports.append(server.sockets[0].getsockname()[1])
+        self._ready.set()
+        await self._stop.wait()
+        await runner.cleanup()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        webhook_id = request.headers.get("webhook-id", "")
+        behaviour = request.match_info["behaviour"]
+        with self._lock:
+            self._tally.requests[webhook_id] += 1
+            seen = self._tally.requests[webhook_id]
+            if not webhook_id or "webhook-signature" not in request.headers:
+                self._tally.unsigned += 1
+        status = _status(behaviour, webhook_id, seen)
+        if behaviour == "slow":
+            await asyncio.sleep(SLOW_S)
+        with self._lock:
+            self._tally.statuses[status] += 1
+            now = self._tally.last_request_at = time.time()
+            if 200 <= status < 300:
+                self._tally.ok[webhook_id] += 1
+                if self._tally.ok[webhook_id] > 1:
+                    self._tally.duplicate_at.append(now)
+        return web.Response(status=status, text="ok" if status < 300 else "no")
+
+
+def _status(behaviour: str, webhook_id: str, seen: int) -> int:
+    if behaviour == "gone":
+        return 410
+    if behaviour == "missing":
+        return 404
+    if behaviour == "flaky" and seen == 1 and flaky_fails_first(webhook_id):
+        return 503
+    if behaviour in BEHAVIOURS:
+        return 200
+    return 404
