@@ -7,7 +7,7 @@ import asyncio
 import click
 
 from streams.cli.common import echo_json
-from streams.demo.run import run_demo
+from streams.demo.run import run_demo, run_recovery
 
 
 @click.command()
@@ -20,8 +20,19 @@ from streams.demo.run import run_demo
 )
 @click.option("--keep-kafka", is_flag=True, help="Leave the local Kafka running afterwards.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def demo(per_type: int, keep_kafka: bool, as_json: bool) -> None:
+@click.option(
+    "--scenario",
+    type=click.Choice(["deliveries", "recovery"]),
+    default="deliveries",
+    show_default=True,
+    help="deliveries: retries, dead letters, a suspension and its notices; recovery: an "
+    "endpoint suspended, fixed, re-enabled behind a probe and backfilled.",
+)
+def demo(per_type: int, keep_kafka: bool, as_json: bool, scenario: str) -> None:
     """Start Kafka, topics, a worker and demo receivers; deliver real webhooks; summarise."""
+    if scenario == "recovery":
+        run_recovery(click.echo)
+        return
     summary = asyncio.run(run_demo(per_type, click.echo, keep_kafka))
     if as_json:
         echo_json(summary)

@@ -27,6 +27,7 @@ from streams.adapters.kafka_admin import TopicAdmin, apply_topics
 from streams.adapters.local_kafka import LocalKafka
 from streams.demo.receivers import DemoReceivers, Endpoint
 from streams.domain.models import Event, SubscriptionStatus
+from streams.errors import HookstreamError
 from streams.services.config import set_policy
 from streams.services.events import publish_events
 from streams.services.ledger import list_dead_letters
@@ -79,7 +80,7 @@ def demo_settings() -> Settings:
     return load_settings(**DEMO_OVERRIDES)
 
 
-def reset_demo_state(settings: Settings, worker_dir: Path) -> None:
+def reset_demo_state(settings: Settings, state_dir: Path) -> None:
     """Start every demo from nothing: its topics, consumer groups, changelogs and tables.
 
     Only what belongs to the demo is touched: topics under the ``demo.`` prefix and
@@ -106,7 +107,16 @@ def reset_demo_state(settings: Settings, worker_dir: Path) -> None:
     ):
         with contextlib.suppress(KafkaException):
             future.result()
-    shutil.rmtree(worker_dir, ignore_errors=True)
+    shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def worker_dir(settings: Settings) -> Path:
+    """The demo worker's own state (RocksDB tables), one per demo group."""
+    return settings.data_dir / f"{settings.group_id}-worker"
+
+
+def _seconds(values: tuple[float, ...]) -> str:
+    return ",".join(f"{v:g}s" for v in values)
 
 
 def _worker_env(settings: Settings) -> dict[str, str]:
@@ -116,9 +126,9 @@ def _worker_env(settings: Settings) -> dict[str, str]:
             "HOOKSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
             "HOOKSTREAM_TOPIC_PREFIX": settings.topic_prefix,
             "HOOKSTREAM_GROUP_ID": settings.group_id,
-            "HOOKSTREAM_DATA_DIR": str((settings.data_dir / "demo-worker").resolve()),
-            "HOOKSTREAM_RETRY_SCHEDULE": "1s,2s,4s",
-            "HOOKSTREAM_RETRY_WINDOW": "5m",
+            "HOOKSTREAM_DATA_DIR": str(worker_dir(settings).resolve()),
+            "HOOKSTREAM_RETRY_SCHEDULE": _seconds(settings.retry_schedule),
+            "HOOKSTREAM_RETRY_WINDOW": f"{settings.retry_window:g}s",
             "HOOKSTREAM_ALLOW_PRIVATE_DESTINATIONS": "true",
             "HOOKSTREAM_WEB_PORT": str(settings.web_port),
             "HOOKSTREAM_BREAKER_FAILURES": str(settings.breaker_failures),
@@ -131,8 +141,8 @@ def _worker_env(settings: Settings) -> dict[str, str]:
 
 def start_worker(settings: Settings) -> subprocess.Popen[bytes]:
     """`hookstream worker` in a child process, logging to the data dir."""
-    log_path = settings.data_dir / "demo-worker.log"
-    (settings.data_dir / "demo-worker").mkdir(parents=True, exist_ok=True)
+    log_path = settings.data_dir / f"{settings.group_id}-worker.log"
+    worker_dir(settings).mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log_file:
         return subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "worker"],
@@ -220,8 +230,8 @@ async def run_demo(per_type: int, say: Callable[[str], None], keep_running: bool
     kafka = LocalKafka(settings, say=say)
     started = kafka.start()
     say(f"kafka ready at {started.bootstrap} ({started.seconds:.1f}s)")
-    worker_dir = settings.data_dir / "demo-worker"
-    await asyncio.to_thread(reset_demo_state, settings, worker_dir)
+    own_dir = worker_dir(settings)
+    await asyncio.to_thread(reset_demo_state, settings, own_dir)
     plan = apply_topics(settings)
     say(f"topics: {'created/updated' if plan.has_changes else 'up to date'} (prefix demo.)")
     receivers = DemoReceivers()
@@ -249,7 +259,8 @@ async def run_demo(per_type: int, say: Callable[[str], None], keep_running: bool
             notices.secret = sub.secrets[0].value  # notices are signed with its secret
         say(f"subscription {sub.id}: {pattern:<10} -> {sub.url}")
     worker = start_worker(settings)
-    say(f"worker started (pid {worker.pid}); log in {settings.data_dir / 'demo-worker.log'}")
+    log_path = settings.data_dir / f"{settings.group_id}-worker.log"
+    say(f"worker started (pid {worker.pid}); log in {log_path}")
     try:
         run_id = uuid.uuid4().hex[:8]
         since_ms = int(time.time() * 1000)
@@ -282,3 +293,14 @@ async def run_demo(per_type: int, say: Callable[[str], None], keep_running: bool
         if not keep_running and not started.already_running:
             kafka.stop()
             say("kafka stopped (pass --keep-kafka to leave it running)")
+
+
+def run_recovery(say: Callable[[str], None]) -> None:
+    """The recovery scenario (R1, R2) on the local broker, which it starts if needed."""
+    from streams.demo.recovery import run_scenario, scenario_settings
+
+    settings = scenario_settings()
+    started = LocalKafka(settings, say=say).start()
+    say(f"kafka ready at {started.bootstrap} ({started.seconds:.1f}s)")
+    if not asyncio.run(run_scenario(settings, say)):
+        raise HookstreamError("the recovery scenario did not complete; see the lines above")

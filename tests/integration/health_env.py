@@ -73,7 +73,7 @@ class HealthEnv:
                 raise AssertionError(f"{what}: not within {timeout_s}s\n{logs}")
             time.sleep(0.3)
 
-    def wait_suspended(self, sub: Subscription, timeout_s: float = 40) -> Subscription:
+    def wait_suspended(self, sub: Subscription, timeout_s: float = 90) -> Subscription:
         self.wait(
             lambda: self.status(sub).status is SubscriptionStatus.SUSPENDED,
             timeout_s,

@@ -17,6 +17,8 @@ from tests.smtp_server import SmtpServer
 
 pytestmark = pytest.mark.integration
 
+ADMIN = "health-test-operator-key"
+
 
 def _requests(receiver: Receiver, path: str) -> int:
     return len(receiver.requests_to(path))
@@ -81,7 +83,9 @@ def test_h3_h5_two_workers_one_suspension_one_email_with_every_field(
     mail = smtp_server()
     receiver = receiver_factory()
     url = receiver.route("/gone", Respond(404, body=b"no such webhook handler"))
-    settings = make_settings(**FAST, smtp_url=mail.url(query="from=alerts@hookstream.test"))
+    settings = make_settings(
+        **FAST, smtp_url=mail.url(query="from=alerts@hookstream.test"), admin_token=ADMIN
+    )
     with HealthEnv(settings, tmp_path) as env:
         env.policy(suspend__permanent="3,0s", early_warning_at="2")
         env.start_workers(2)
@@ -90,6 +94,16 @@ def test_h3_h5_two_workers_one_suspension_one_email_with_every_field(
         suspended = env.wait_suspended(sub)
         time.sleep(8)  # time for any duplicate notice to show up
         mails = mail.mails
+        # S4 from either worker, whichever owns the subscription's partition: the same record
+        auth = {"Authorization": f"Bearer {ADMIN}"}
+        views = [w.get(f"/v1/subscriptions/{sub.id}/health", headers=auth) for w in env.workers]
+        summaries = [w.get("/v1/health", headers=auth).json() for w in env.workers]
+    assert [v.status_code for v in views] == [200, 200]
+    records = [v.json() for v in views]
+    assert records[0]["health"] == records[1]["health"]
+    assert records[0]["status"] == "suspended"
+    assert records[0]["health"]["consecutive_failures"] >= 3
+    assert all(s["suspended"] == 1 and s["total"] == 1 for s in summaries)
     subjects = [email.message_from_bytes(m.data)["Subject"] for m in mails]
     assert len(mails) == 2, subjects  # one early warning (at 2) and one suspension notice
     parsed = [email.message_from_bytes(m.data) for m in mails]
