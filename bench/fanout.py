@@ -90,19 +90,19 @@ def _messages(count: int) -> list[Message]:
 
 
 def _time_match(registry: SubscriptionRegistry, calls: int) -> float:
-    started = time.perf_counter()
+    started = time.thread_time()  # CPU time: waiting for a core on a shared box is not counted
     for _ in range(calls):
         registry.match(TENANT, EVENT_TYPE)
-    return (time.perf_counter() - started) / calls * 1e6
+    return (time.thread_time() - started) / calls * 1e6
 
 
 def _time_route(registry: SubscriptionRegistry, messages: list[Message]) -> float:
     producer = _DroppingProducer()
     router = Router(load_settings(topic_prefix="fanout."), registry, cast(Any, producer))
-    started = time.perf_counter()
+    started = time.thread_time()
     for msg in messages:
         router.route(msg)
-    return (time.perf_counter() - started) / len(messages) * 1e6
+    return (time.thread_time() - started) / len(messages) * 1e6
 
 
 def run_fanout(

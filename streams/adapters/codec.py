@@ -1,4 +1,4 @@
-"""Avro encoding of every topic value, and ingest decoding of producers' events (§4, Q2, Q5).
+"""Avro encoding of every topic value (§4, Q2, Q5); ingest decoding is in `.ingest`.
 
 Every record hookstream writes to Kafka uses Avro single-object encoding: the marker ``C3 01``,
 the 8-byte little-endian CRC-64-AVRO fingerprint of the schema's parsing canonical form, then the
@@ -13,23 +13,21 @@ Decoding bad bytes never raises anything but `DecodeError`, whose ``reason`` is 
 - ``invalid_avro``: no marker, a truncated body, trailing bytes, or a body that is not Avro;
 - ``unknown_schema``: the fingerprint is not the expected record's schema;
 - ``invalid_enum``: a status, lane, outcome or state this release does not know;
-- ``invalid_json``, ``invalid_event``, ``oversize``, ``unsupported_content_type``: ingest only.
+- ``invalid_json``, ``invalid_event``, ``oversize``, ``unsupported_content_type``: ingest only
+  (`streams.adapters.ingest`, whose names this module re-exports).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from io import BytesIO
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, TypeVar, cast
 
-import orjson
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import SchemaParseException, fingerprint, to_parsing_canonical_form
 
@@ -55,7 +53,6 @@ AvroDict = dict[str, Any]
 
 MARKER = b"\xc3\x01"
 HEADER_SIZE = len(MARKER) + 8
-DEFAULT_MAX_EVENT_BYTES = 256 * 1024  # F6; the worker passes settings.max_payload_bytes
 
 # The file of each record's schema, under the schemas directory.
 SCHEMA_FILES: Mapping[type[Any], str] = {
@@ -324,6 +321,63 @@ _CONVERTERS: Mapping[type[Any], tuple[Callable[[Any], AvroDict], Callable[[AvroD
 
 
 # ---------------------------------------------------------------------------------------------
+# Avro binary written by hand, for the one record the router writes per delivery. A record's
+# encoding is its fields' encodings in schema order; a long is a zigzag varint, a string its
+# UTF-8 length then its bytes, a union the branch index then the value.
+
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]
+
+
+def _long(n: int) -> bytes:
+    z = (n << 1) ^ (n >> 63)
+    if z < 0x80:
+        return _ONE_BYTE[z]
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode()
+    return _long(len(raw)) + raw
+
+
+def _delivery_body(v: Delivery, event_body: bytes) -> bytes:
+    first_attempt = b"\x00" if v.first_attempt_at is None else b"\x02" + _long(v.first_attempt_at)
+    return b"".join(
+        (
+            _string(v.delivery_id),
+            _string(v.subscription_id),
+            _string(v.tenant_id),
+            event_body,
+            _long(v.attempt),
+            _string(v.lane.value),
+            _long(v.routed_at),
+            first_attempt,
+            _long(v.due_at),
+        )
+    )
+
+
+def _hand_layout_header(schema: RecordSchema | None) -> bytes | None:
+    """The header for `_delivery_body`, or None when ``schema`` is not the layout it writes.
+
+    The hand-written layout follows the repository's schemas/delivery.avsc; a codec over any
+    other Delivery schema encodes through fastavro instead.
+    """
+    try:
+        expected = _default_schemas()[Delivery].canonical_form
+    except ConfigError:
+        return None
+    if schema is None or schema.canonical_form != expected:
+        return None
+    return schema.header
+
+
+# ---------------------------------------------------------------------------------------------
 # Single-object encoding.
 
 
@@ -333,6 +387,21 @@ class Codec:
     def __init__(self, schemas: Mapping[type[Any], RecordSchema]) -> None:
         self._schemas = dict(schemas)
         self._names = {s.fingerprint: s.name for s in schemas.values()}
+        self._delivery_header = _hand_layout_header(self._schemas.get(Delivery))
+
+    def encode_delivery(self, delivery: Delivery, event_body: bytes | None = None) -> bytes:
+        """Exactly `encode` (``delivery``), without encoding its event again when it is known.
+
+        ``event_body`` is the Avro body of ``delivery.event``: its `encode` minus the first
+        `HEADER_SIZE` bytes. The router archives each event, then splices those bytes into
+        every delivery of it instead of re-encoding about 1 KB per matching subscription.
+        """
+        header = self._delivery_header
+        if header is None:
+            return self.encode(delivery)
+        if event_body is None:
+            event_body = self.encode(delivery.event)[HEADER_SIZE:]
+        return header + _delivery_body(delivery, event_body)
 
     def encode(self, record: object) -> bytes:
         """The single-object encoding of ``record``, deterministic for equal records."""
@@ -386,162 +455,23 @@ def encode(record: object) -> bytes:
     return default_codec().encode(record)
 
 
+def encode_delivery(delivery: Delivery, event_body: bytes | None = None) -> bytes:
+    """`encode` (``delivery``), reusing its event's Avro body; see `Codec.encode_delivery`."""
+    return default_codec().encode_delivery(delivery, event_body)
+
+
 def decode(cls: type[R], data: bytes) -> R:
     """Decode one ``cls`` record from its topic. Raises only `DecodeError` for bad bytes."""
     return default_codec().decode(cls, data)
 
 
-# ---------------------------------------------------------------------------------------------
-# Ingest: the events topic accepts Avro or JSON from producers.
-
-_JSON_TYPES = frozenset({"application/json", "text/json"})
-_AVRO_TYPES = frozenset({"avro/binary", "application/avro", "application/vnd.apache.avro+binary"})
-_TENANT = re.compile(r"[A-Za-z0-9._-]{1,128}")
-_TYPE = re.compile(r"[A-Za-z0-9._-]{1,255}")
-_MAX_ID = 255
-_MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: past that, a unit mix-up
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_ONE_MS = timedelta(milliseconds=1)
-
-
-def _is_json(value: bytes, content_type: str | None) -> bool:
-    if content_type is None or not content_type.strip():
-        return not value.startswith(MARKER)
-    media = content_type.split(";", 1)[0].strip().lower()
-    if media in _JSON_TYPES or media.endswith("+json"):
-        return True
-    if media in _AVRO_TYPES:
-        return False
-    raise DecodeError(
-        "unsupported_content_type",
-        f"content type {content_type!r} is neither application/json nor avro/binary",
-    )
-
-
-def decode_ingest_event(
-    value: bytes,
-    content_type: str | None,
-    now_ms: int,
-    *,
-    max_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-) -> Event:
-    """Decode and validate one record a producer published to the events topic.
-
-    JSON is read when the content type says so, or when there is none and the value does not
-    start with the Avro marker. ``data`` must be a JSON object (what webhook receivers expect to
-    find in the body's ``data``), and is kept as compact JSON text. A missing ``published_at``,
-    or 0, becomes ``now_ms``. Fields hookstream does not know are ignored, so producers
-    may add their own. Raises `DecodeError` naming the bad field.
-    """
-    if len(value) > max_bytes:
-        raise DecodeError("oversize", f"event is {len(value)} bytes; the limit is {max_bytes}")
-    if _is_json(value, content_type):
-        return _event_from_json(value, now_ms)
-    event = decode(Event, value)
-    data = _parse_json(event.data_json, "data_json")
-    return _validated(
-        event_id=event.id,
-        tenant_id=event.tenant_id,
-        event_type=event.type,
-        timestamp=event.timestamp,
-        data=data,
-        published_at=event.published_at or now_ms,
-        data_field="data_json",
-    )
-
-
-def _parse_json(text: bytes | str, what: str) -> Any:
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise DecodeError("invalid_json", f"{what} is not valid JSON: {exc}") from exc
-
-
-def _event_from_json(value: bytes, now_ms: int) -> Event:
-    doc = _parse_json(value, "event")
-    if not isinstance(doc, dict):
-        raise DecodeError("invalid_event", "event must be a JSON object")
-    for name in ("id", "tenant_id", "type", "timestamp", "data"):
-        if doc.get(name) is None:
-            raise DecodeError("invalid_event", f"missing field {name!r}")
-    published = doc.get("published_at")
-    published_ms = 0 if published is None else _time_ms(published, "published_at")
-    return _validated(
-        event_id=doc["id"],
-        tenant_id=doc["tenant_id"],
-        event_type=doc["type"],
-        timestamp=_time_ms(doc["timestamp"], "timestamp"),
-        data=doc["data"],
-        published_at=published_ms or now_ms,
-        data_field="data",
-    )
-
-
-def _validated(
-    *,
-    event_id: Any,
-    tenant_id: Any,
-    event_type: Any,
-    timestamp: int,
-    data: Any,
-    published_at: int,
-    data_field: str,
-) -> Event:
-    if not isinstance(event_id, str) or not 0 < len(event_id) <= _MAX_ID:
-        _invalid("id", f"must be a string of 1 to {_MAX_ID} characters")
-    if not event_id.isprintable():
-        _invalid("id", "must contain printable characters only")
-    if not isinstance(tenant_id, str) or _TENANT.fullmatch(tenant_id) is None:
-        _invalid("tenant_id", "must be 1 to 128 characters of A-Z a-z 0-9 . _ -")
-    if not isinstance(event_type, str) or _TYPE.fullmatch(event_type) is None:
-        _invalid("type", "must be 1 to 255 characters of A-Z a-z 0-9 . _ -")
-    _check_time(timestamp, "timestamp")
-    _check_time(published_at, "published_at")
-    if not isinstance(data, dict):
-        _invalid(data_field, "must be a JSON object")
-    return Event(
-        id=event_id,
-        tenant_id=tenant_id,
-        type=event_type,
-        timestamp=timestamp,
-        data_json=orjson.dumps(data).decode(),
-        published_at=published_at,
-    )
-
-
-def _invalid(field: str, problem: str) -> NoReturn:
-    raise DecodeError("invalid_event", f"field {field!r} {problem}")
-
-
-def _check_time(ms: int, field: str) -> None:
-    if not 0 <= ms <= _MAX_TIME_MS:
-        _invalid(field, f"is {ms}, outside 0 to {_MAX_TIME_MS} milliseconds since the epoch")
-
-
-def _time_ms(value: Any, field: str) -> int:
-    """Milliseconds since the epoch from an integer, or from an ISO-8601 string (UTC if naive)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:
-            _invalid(field, f"{value[:64]!r} is not an ISO-8601 time")
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return (moment - _EPOCH) // _ONE_MS
-    _invalid(field, "must be integer milliseconds since the epoch or an ISO-8601 string")
-
-
-def encode_json_event(event: Event) -> bytes:
-    """The JSON form of an event that `decode_ingest_event` reads back (``hookstream publish``)."""
-    return orjson.dumps(
-        {
-            "id": event.id,
-            "tenant_id": event.tenant_id,
-            "type": event.type,
-            "timestamp": event.timestamp,
-            "data": orjson.Fragment(event.data_json),
-            "published_at": event.published_at,
-        }
-    )
+# Ingest decoding lives in its own module; these names stay importable from here.
+from streams.adapters.ingest import (  # noqa: E402
+    DEFAULT_MAX_EVENT_BYTES as DEFAULT_MAX_EVENT_BYTES,
+)
+from streams.adapters.ingest import (  # noqa: E402
+    decode_ingest_event as decode_ingest_event,
+)
+from streams.adapters.ingest import (  # noqa: E402
+    encode_json_event as encode_json_event,
+)

@@ -8,7 +8,9 @@ lanes commit positions themselves, only after records are settled (D1).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections import deque
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -76,6 +78,88 @@ class ProduceTracker:
             self.failed.append(str(err))
 
 
+TP = tuple[str, int]
+
+
+class _Batch:
+    """The records one consumed batch caused to be produced, and how many Kafka has acked."""
+
+    __slots__ = ("acked", "error", "lock", "positions", "produced", "sealed")
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
+        self.produced = 0  # only the lane's thread adds to it
+        self.acked = 0  # delivery reports, from whichever thread serves the producer
+        self.error: str | None = None
+        self.positions: dict[TP, int] = {}
+        self.sealed = False
+
+    def __call__(self, err: KafkaError | None, _msg: Any) -> None:
+        with self.lock:
+            self.acked += 1
+            if err is not None and self.error is None:
+                self.error = str(err)
+
+    @property
+    def done(self) -> bool:
+        return self.sealed and self.acked >= self.produced
+
+
+class BatchAcks:
+    """Commit-after-settle for a lane that keeps consuming while its produced records are acked.
+
+    Each consumed batch's produced records are counted; a batch's positions become committable
+    once all of its records are acknowledged and every earlier batch is too, so a commit never
+    moves past a record whose outputs Kafka has not confirmed (D1). A failed produce stops the
+    commits at its batch: `committable` raises and the lane stops there.
+    Delivery reports may arrive on any thread that polls the shared producer.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._batches: deque[_Batch] = deque()
+        self._open = _Batch(self._lock)
+
+    def produce(self, producer: Producer, topic: str, key: str, value: bytes) -> None:
+        """Produce one record on behalf of the batch being consumed."""
+        batch = self._open
+        batch.produced += 1
+        produce(producer, topic, key, value, on_delivery=batch)
+
+    def seal(self, positions: dict[TP, int]) -> None:
+        """Close the current batch: ``positions`` are committable once its records are acked."""
+        batch, self._open = self._open, _Batch(self._lock)
+        batch.positions = positions
+        batch.sealed = True
+        self._batches.append(batch)
+
+    @property
+    def unacked(self) -> int:
+        """Produced records of sealed batches not yet acknowledged."""
+        return sum(b.produced - b.acked for b in self._batches)
+
+    def committable(self) -> dict[TP, int]:
+        """Positions of the leading batches whose records are all acked, removing them.
+
+        Raises `KafkaIOError` once a produce of the leading batch has failed.
+        """
+        positions: dict[TP, int] = {}
+        while self._batches:
+            head = self._batches[0]
+            if head.error is not None:
+                raise KafkaIOError(f"produce failed: {head.error}")
+            if not head.done:
+                break
+            positions.update(self._batches.popleft().positions)
+        return positions
+
+    def forget(self, partitions: list[TP]) -> None:
+        """Drop revoked partitions from the batches still waiting: their new owner has them."""
+        for batch in self._batches:
+            for tp in partitions:
+                batch.positions.pop(tp, None)
+
+
 async def flush(producer: Producer, tracker: ProduceTracker, timeout_s: float = 30.0) -> None:
     """Wait until every produced record is acked; raise KafkaIOError if any was not."""
     loop = asyncio.get_running_loop()
@@ -95,6 +179,19 @@ def produce(producer: Producer, topic: str, key: str, value: bytes, **kwargs: An
             return
         except BufferError:
             producer.poll(0.05)
+
+
+def take(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:
+    """Up to ``max_records`` records, waiting at most ``timeout_s`` for the first one only.
+
+    ``Consumer.consume(n, timeout)`` waits until it has n records or the timeout ends, so at a
+    low rate every record would wait out the timeout. Here a lane blocks until one record is
+    there, then takes whatever else is already fetched without waiting.
+    """
+    first: list[Message] = consumer.consume(1, timeout_s)
+    if not first or max_records <= 1:
+        return first
+    return first + consumer.consume(max_records - 1, 0)
 
 
 def commit(consumer: Consumer, positions: dict[tuple[str, int], int]) -> None:

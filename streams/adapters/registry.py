@@ -24,7 +24,7 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from streams.adapters import codec
-from streams.adapters.kafka_clients import make_consumer, produce, watermarks
+from streams.adapters.kafka_clients import make_consumer, produce, take, watermarks
 from streams.adapters.runtime_config import CONFIG_PREFIX, RuntimeConfig
 from streams.adapters.secretbox import SecretBox
 from streams.domain.filters import SubscriptionIndex
@@ -67,7 +67,7 @@ class CompactedTopicView:
         return consumer
 
     def _poll(self, consumer: Consumer, timeout_s: float) -> None:
-        for msg in consumer.consume(1000, timeout_s):
+        for msg in take(consumer, 1000, timeout_s):
             err = msg.error()
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:

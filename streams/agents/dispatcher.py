@@ -27,6 +27,7 @@ from streams.adapters.kafka_clients import (
     commit,
     coordinates,
     make_consumer,
+    take,
 )
 from streams.adapters.registry import SubscriptionRegistry
 from streams.agents.delivery import attempt
@@ -364,7 +365,7 @@ class Dispatcher:
                     await asyncio.sleep(0.01)  # intake waits; queues are bounded per subscription
                     continue
                 msgs = await loop.run_in_executor(
-                    None, consumer.consume, self._settings.dispatch_batch_size, 0.05
+                    None, take, consumer, self._settings.dispatch_batch_size, 0.05
                 )
                 for msg in msgs:
                     if msg.error() is None:

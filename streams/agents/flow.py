@@ -139,9 +139,9 @@ class FlowControl:
     def submit(self, tp: TP, offset: int, delivery: Delivery, sub: Subscription) -> None:
         """Take one delivery in; it is attempted when its limits allow, or deferred."""
         flow = self._flow(sub)
-        if len(flow.queue) >= flow.cap:
+        if len(flow.queue) >= flow.cap and self._held_back(sub, flow):
             # throttled: come back when the queue ahead has drained at the subscription's rate;
-            # unthrottled (a slow origin holds it): look again in a second
+            # unthrottled but its origin is saturated (a slow host): look again in a second
             ahead = len(flow.queue) / sub.rate_limit if sub.rate_limit else 1.0
             wait_s = max(1.0, ahead, flow.paused_until - self._clock())
             self._defer(delivery, int((self._clock() + wait_s) * 1000), "rate_limited")
@@ -151,6 +151,18 @@ class FlowControl:
         self.queued += 1
         if flow.pump is None or flow.pump.done():
             flow.pump = self._spawn(self._pump(sub.id, flow))
+
+    def _held_back(self, sub: Subscription, flow: _Flow) -> bool:
+        """Whether a full queue is waiting on a limit, rather than simply busy.
+
+        A busy, unthrottled subscription whose origin still has free slots is draining as fast
+        as it can: deferring its deliveries would only cost Kafka round trips, so the worker's
+        intake waits instead (the dispatcher stops reading when its buffer is full).
+        """
+        if sub.rate_limit is not None or sub.max_in_flight is not None:
+            return True
+        origin = self._origins.get(flow.origin)
+        return origin is not None and origin.locked()
 
     def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)

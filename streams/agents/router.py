@@ -1,9 +1,11 @@
 """The router lane: `events` -> `archive` + one `routed` delivery per matching subscription.
 
-A batch is read, every event decoded and routed, the producer flushed, and only then are the
-batch's offsets committed (D1). An event that cannot be decoded goes to `dlq` with its reason and
-raw bytes, and routing goes on (Q2). Matching goes through the registry's index, so its cost
-grows with the matching subscriptions, not with all of them (P7).
+Batches are read and routed one after another while Kafka acknowledges the records of earlier
+ones; every `COMMIT_INTERVAL_S` the positions of the batches whose records are all acknowledged
+are committed, so an offset never moves past an event whose archive and routed records are not
+confirmed (D1). An event that cannot be decoded goes to `dlq` with its reason and raw bytes,
+and routing goes on (Q2). Matching goes through the registry's index, so its cost grows with
+the matching subscriptions, not with all of them (P7).
 """
 
 from __future__ import annotations
@@ -13,18 +15,17 @@ import logging
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Message, Producer
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from streams import metrics
 from streams.adapters import codec
 from streams.adapters.kafka_clients import (
-    ProduceTracker,
+    BatchAcks,
     commit,
     coordinates,
-    flush,
     header,
     make_consumer,
-    produce,
+    take,
 )
 from streams.adapters.registry import SubscriptionRegistry
 from streams.domain.idempotency import delivery_id
@@ -33,6 +34,10 @@ from streams.errors import DecodeError
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
+
+COMMIT_INTERVAL_S = 0.2
+#: Routing pauses while this many batches' worth of produced records wait for their acks.
+UNACKED_BATCHES = 8
 
 
 class Router:
@@ -47,7 +52,7 @@ class Router:
         self._registry = registry
         self._producer = producer
         self._clock = clock
-        self._tracker = ProduceTracker()
+        self._acks = BatchAcks()
         self._archive = settings.topic("archive")
         self._routed = settings.topic("routed")
         self._dlq = settings.topic("dlq")
@@ -71,19 +76,15 @@ class Router:
         except DecodeError as exc:
             self._dead_letter(msg, value, exc, now_ms)
             return -1
-        produce(
-            self._producer,
-            self._archive,
-            event.tenant_id,
-            codec.encode(event),
-            on_delivery=self._tracker,
-        )
+        archived = codec.encode(event)
+        self._acks.produce(self._producer, self._archive, event.tenant_id, archived)
         matched = self._registry.match(event.tenant_id, event.type)
+        event_body = archived[codec.HEADER_SIZE :]  # encoded once, spliced into each delivery
         for sub in matched:
-            self._emit(event, sub.id, now_ms)
+            self._emit(event, event_body, sub.id, now_ms)
         return len(matched)
 
-    def _emit(self, event: Event, subscription_id: str, now_ms: int) -> None:
+    def _emit(self, event: Event, event_body: bytes, subscription_id: str, now_ms: int) -> None:
         delivery = Delivery(
             delivery_id=delivery_id(event.id, subscription_id),
             subscription_id=subscription_id,
@@ -93,13 +94,8 @@ class Router:
             lane=Lane.LIVE,
             routed_at=now_ms,
         )
-        produce(
-            self._producer,
-            self._routed,
-            subscription_id,
-            codec.encode(delivery),
-            on_delivery=self._tracker,
-        )
+        value = codec.encode_delivery(delivery, event_body)
+        self._acks.produce(self._producer, self._routed, subscription_id, value)
         self.routed_count += 1
 
     def _dead_letter(self, msg: Message, value: bytes, exc: DecodeError, now_ms: int) -> None:
@@ -116,40 +112,67 @@ class Router:
             raw=value,
             last_error=str(exc)[:500],
         )
-        produce(
-            self._producer,
-            self._dlq,
-            tenant or "invalid",
-            codec.encode(letter),
-            on_delivery=self._tracker,
-        )
+        self._acks.produce(self._producer, self._dlq, tenant or "invalid", codec.encode(letter))
+
+    def _route_batch(self, msgs: list[Message]) -> None:
+        """Route one consumed batch and seal it with the positions it covers."""
+        positions: dict[tuple[str, int], int] = {}
+        events = deliveries = 0
+        for msg in msgs:
+            if msg.error() is not None:
+                log.warning("router consumer error: %s", msg.error())
+                continue
+            created = self.route(msg)
+            if created >= 0:
+                events += 1
+                deliveries += created
+            topic, part, offset = coordinates(msg)
+            positions[(topic, part)] = offset + 1
+        if positions:
+            self._acks.seal(positions)
+            metrics.record_routed(events, deliveries)
+
+    async def _commit(self, consumer: Consumer) -> None:
+        positions = self._acks.committable()
+        if positions:
+            await asyncio.get_running_loop().run_in_executor(None, commit, consumer, positions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Commit what is acked before the partitions go; forget the rest (at-least-once)."""
+        try:
+            self._producer.flush(10)
+            commit(consumer, self._acks.committable())
+        except Exception as exc:  # the new owner replays from the last commit
+            log.warning("router commit on revoke failed: %s", exc)
+        self._acks.forget([(p.topic, p.partition) for p in partitions])
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Route until ``stop`` is set. Waits for the registry to be current first."""
+        """Route until ``stop`` is set. Waits for the registry to be current first.
+
+        Routing goes on while the previous batches' records are being acknowledged; acked
+        positions are committed every `COMMIT_INTERVAL_S`. Reading pauses while more than
+        `UNACKED_BATCHES` batches' worth of produced records wait for their acks.
+        """
         await self._registry.ready.wait()
         loop = asyncio.get_running_loop()
         consumer = make_consumer(self._settings, "router")
-        consumer.subscribe([self._settings.topic("events")])
+        consumer.subscribe([self._settings.topic("events")], on_revoke=self._on_revoke)
+        batch = self._settings.dispatch_batch_size
+        max_unacked = batch * UNACKED_BATCHES
+        last_commit = time.monotonic()
         try:
             while not stop.is_set():
-                msgs = await loop.run_in_executor(
-                    None, consumer.consume, self._settings.dispatch_batch_size, 0.1
-                )
-                positions: dict[tuple[str, int], int] = {}
-                events = deliveries = 0
-                for msg in msgs:
-                    if msg.error() is not None:
-                        log.warning("router consumer error: %s", msg.error())
-                        continue
-                    created = self.route(msg)
-                    if created >= 0:
-                        events += 1
-                        deliveries += created
-                    topic, part, offset = coordinates(msg)
-                    positions[(topic, part)] = offset + 1
-                if positions:
-                    await flush(self._producer, self._tracker)
-                    await loop.run_in_executor(None, commit, consumer, positions)
-                    metrics.record_routed(events, deliveries)
+                if self._acks.unacked >= max_unacked:
+                    await loop.run_in_executor(None, self._producer.poll, 0.05)
+                else:
+                    self._route_batch(await loop.run_in_executor(None, take, consumer, batch, 0.1))
+                self._producer.poll(0)  # serve delivery reports
+                if time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
+                    await self._commit(consumer)
+                    last_commit = time.monotonic()
         finally:
-            await loop.run_in_executor(None, consumer.close)
+            try:
+                await loop.run_in_executor(None, self._producer.flush, 30)
+                await self._commit(consumer)
+            finally:
+                await loop.run_in_executor(None, consumer.close)

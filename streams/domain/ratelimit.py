@@ -52,7 +52,7 @@ class TokenBucket:
 
 
 def queue_cap(
-    rate: float | None, *, seconds: float = 2.0, floor: int = 8, ceiling: int = 2048
+    rate: float | None, *, seconds: float = 2.0, floor: int = 8, ceiling: int = 256
 ) -> int:
     """How many deliveries of one subscription a worker holds in memory before deferring more.
 

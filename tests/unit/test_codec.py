@@ -328,6 +328,30 @@ def test_q5_encode_is_deterministic(record: Any) -> None:
     assert codec.encode(codec.decode(type(record), encoded)) == encoded
 
 
+@given(deliveries)
+def test_q5_encode_delivery_is_byte_identical_to_encode(delivery: Delivery) -> None:
+    """The router's fast path splices the archived event's body; the bytes must not differ."""
+    expected = codec.encode(delivery)
+    event_body = codec.encode(delivery.event)[codec.HEADER_SIZE :]
+    assert codec.encode_delivery(delivery, event_body) == expected
+    assert codec.encode_delivery(delivery) == expected
+    assert codec.decode(Delivery, codec.encode_delivery(delivery, event_body)) == delivery
+
+
+def test_encode_delivery_falls_back_for_another_delivery_schema(tmp_path: Path) -> None:
+    """A codec over a changed Delivery schema must not use the hand-written layout."""
+    shutil.copytree(codec.schemas_dir(), tmp_path, dirs_exist_ok=True)
+    changed = raw_schema(Delivery)
+    changed["fields"].append({"name": "extra", "type": "long", "default": 7, "doc": "new"})
+    (tmp_path / "delivery.avsc").write_text(json.dumps(changed))
+    other = codec.Codec(codec.load_schemas(tmp_path))
+    delivery = Delivery("d", "sub_1", "acme", sample_event(), first_attempt_at=NOW)
+    assert other.encode_delivery(delivery) == other.encode(delivery)
+    assert other.encode_delivery(delivery) != codec.encode(delivery)
+    same = codec.Codec(codec.load_schemas(codec.schemas_dir()))
+    assert same.encode_delivery(delivery) == codec.encode(delivery)
+
+
 @record_classes
 @given(data=st.data())
 def test_q5_every_truncation_is_refused(cls: type[Any], data: st.DataObject) -> None:

@@ -56,10 +56,10 @@ def test_f1_rate_change_applies_at_once() -> None:
 
 
 def test_f1_queue_cap_is_bounded() -> None:
-    assert queue_cap(None) == 2048
+    assert queue_cap(None) == 256
     assert queue_cap(0.5) == 8
     assert queue_cap(50) == 100
-    assert queue_cap(1_000_000) == 2048
+    assert queue_cap(1_000_000) == 256
 
 
 def test_f7_round_robin_between_a_flood_and_a_trickle() -> None:
