@@ -84,7 +84,7 @@ COMPOSE_SCHEMA=deploy/schemas/compose/compose-spec.json
 step "docker-compose.yml: compose-spec schema, references, shape"
 "$CHECK_JSONSCHEMA" --schemafile "$COMPOSE_SCHEMA" docker-compose.yml
 "$PY" deploy/checks.py compose docker-compose.yml
-"$PY" deploy/checks.py docs docs/deployment.md
+"$PY" deploy/checks.py docs docs/capacity.md
 for f in deploy/prometheus/prometheus.yml deploy/grafana/provisioning/*/*.yml; do
   "$PY" -c 'import sys, yaml; yaml.safe_load(open(sys.argv[1]))' "$f" || die "$f: bad YAML"
 done
