@@ -19,6 +19,7 @@ import hmac
 import logging
 import time
 import uuid
+from abc import ABC, abstractmethod
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
@@ -35,7 +36,7 @@ from streams.settings import Settings
 log = logging.getLogger(__name__)
 
 
-class CompactedTopicView:
+class CompactedTopicView(ABC):
     """Reads a compacted topic from the beginning and keeps following it; `apply` each record."""
 
     def __init__(self, settings: Settings, topic: str) -> None:
@@ -45,9 +46,9 @@ class CompactedTopicView:
         self._targets: dict[int, int] = {}
         self.ready = asyncio.Event()
 
+    @abstractmethod
     def apply(self, key: bytes | None, value: bytes | None) -> None:
         """Apply one record of the topic (an upsert, or a tombstone that deletes)."""
-        raise NotImplementedError
 
     # --- following the topic --------------------------------------------------------------
     def _open(self) -> Consumer:

@@ -23,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -55,6 +56,7 @@ from streams.services.archive import count_waiting
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 SUSPEND_REQUESTED = "suspend_requested"
 SUSPENDED = "suspended"
@@ -227,38 +229,43 @@ def _suspension_notice(
     )
 
 
+async def consume_each(
+    stream: Any,
+    record_type: type[R],
+    handle: Callable[[R], Awaitable[None]],
+    ready: asyncio.Event,
+) -> None:
+    """The body of a hookstream Faust agent: one record at a time, every failure handled here.
+
+    Faust acknowledges a record even when the body raises, so an undecodable record is logged
+    and skipped, and a failing one is logged: no agent crash-loops on one record (Q2).
+    """
+    await ready.wait()
+    async for value in stream:
+        try:
+            record = codec.decode(record_type, value)
+        except DecodeError as exc:
+            log.error("undecodable %s skipped: %s", record_type.__name__, exc)
+            continue
+        try:
+            await handle(record)
+        except Exception:
+            log.exception(
+                "%s not applied",
+                record_type.__name__,
+                extra={"subscription_id": getattr(record, "subscription_id", None)},
+            )
+
+
 def health_component(app: Any, settings: Settings) -> None:
     """Register the health and control agents and their tables on the worker's app."""
     agents = HealthAgents(app, settings)
+    ready = agents.pipeline.registry.ready
 
     @app.agent(agents.health_topic, name="hookstream-health", concurrency=1)  # type: ignore[untyped-decorator]
     async def health_agent(stream: Any) -> None:
-        await agents.pipeline.registry.ready.wait()
-        async for value in stream:
-            try:
-                outcome = codec.decode(HealthOutcome, value)
-            except DecodeError as exc:
-                log.error("undecodable health outcome skipped: %s", exc)
-                continue
-            try:
-                await agents.on_outcome(outcome)
-            except Exception:  # Faust would ack it anyway; never crash-loop on one record
-                log.exception(
-                    "health outcome not applied", extra={"subscription_id": outcome.subscription_id}
-                )
+        await consume_each(stream, HealthOutcome, agents.on_outcome, ready)
 
     @app.agent(agents.control_topic, name="hookstream-control", concurrency=1)  # type: ignore[untyped-decorator]
     async def control_agent(stream: Any) -> None:
-        await agents.pipeline.registry.ready.wait()
-        async for value in stream:
-            try:
-                event = codec.decode(ControlEvent, value)
-            except DecodeError as exc:
-                log.error("undecodable control event skipped: %s", exc)
-                continue
-            try:
-                await agents.on_control(event)
-            except Exception:  # Faust would ack it anyway; never crash-loop on one record
-                log.exception(
-                    "control event not applied", extra={"subscription_id": event.subscription_id}
-                )
+        await consume_each(stream, ControlEvent, agents.on_control, ready)

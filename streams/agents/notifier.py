@@ -19,15 +19,13 @@ import time
 from typing import Any
 
 from streams import metrics
-from streams.adapters import codec
 from streams.adapters.http import Transport
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.smtp import NotifyError, SmtpSender, parse_smtp_url, send_notification_webhook
 from streams.adapters.ssrf import guarded_transport
-from streams.agents.health import RAW, pipeline_of
+from streams.agents.health import RAW, consume_each, pipeline_of
 from streams.domain.models import Notification, Subscription
 from streams.domain.notices import Notice, notice_from_notification, render_email
-from streams.errors import DecodeError
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -100,21 +98,12 @@ def notifier_component(app: Any, settings: Settings) -> None:
     @app.agent(notify_topic, name="hookstream-notifier", concurrency=1)  # type: ignore[untyped-decorator]
     async def notifier_agent(stream: Any) -> None:
         registry = pipeline_of(app).registry
-        await registry.ready.wait()
-        async for value in stream:
-            try:
-                note = codec.decode(Notification, value)
-                notice = notice_from_notification(note)
-            except DecodeError as exc:
-                log.error("undecodable notification skipped: %s", exc)
-                continue
+
+        async def handle(note: Notification) -> None:
             if sent.get(note.notification_id) is not None:
-                continue  # already sent: a redelivery, or a second worker's copy
-            try:
-                await notifier.deliver(note, notice, registry.get(note.subscription_id))
-            except Exception:  # Faust would ack it anyway; never crash-loop on one record
-                log.exception(
-                    "notification failed", extra={"subscription_id": note.subscription_id}
-                )
-                continue
+                return  # already sent: a redelivery, or a second worker's copy
+            notice = notice_from_notification(note)
+            await notifier.deliver(note, notice, registry.get(note.subscription_id))
             sent[note.notification_id] = int(time.time() * 1000)
+
+        await consume_each(stream, Notification, handle, registry.ready)
