@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import dataclasses
 import time
-from enum import Enum
 from typing import Any
 
 import orjson
@@ -23,6 +21,7 @@ from streams.api.openapi import build_openapi
 from streams.api.recovery_views import progress_of
 from streams.domain.models import DeliveryState, Subscription, SubscriptionStatus
 from streams.errors import NotFoundError, ValidationError
+from streams.plain import plain
 from streams.services import health as health_service
 from streams.services import ingest, ledger, stats
 from streams.services import subscriptions as service
@@ -31,21 +30,6 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 500
 _STATUSES = frozenset(s.value for s in SubscriptionStatus)
 _STATES = frozenset(s.value for s in DeliveryState)
-
-
-def plain(value: Any) -> Any:
-    """Records to JSON-able values: dataclasses to objects, enums to values, bytes to text."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    return value
 
 
 # --- query parsing -------------------------------------------------------------------------------

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from datetime import UTC, datetime
-from enum import Enum
 from typing import Any
 
 import click
 
+from streams.plain import plain
 from streams.settings import Settings, load_settings
 
 
@@ -17,22 +16,8 @@ def settings() -> Settings:
     return load_settings()
 
 
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
 def echo_json(value: Any) -> None:
-    click.echo(json.dumps(_plain(value), indent=2, sort_keys=True))
+    click.echo(json.dumps(plain(value), indent=2, sort_keys=True))
 
 
 def fmt_ms(ms: int | None) -> str:

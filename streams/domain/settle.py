@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from urllib.parse import urlsplit
 
 from streams.domain.backoff import RetryPolicy, plan_retry
+from streams.domain.breaker import origin_of
 from streams.domain.classify import classify, parse_retry_after
 from streams.domain.models import (
     Attempt,
@@ -49,13 +49,6 @@ class Settlement:
     retry_tier: int | None = None
     dead_letter: DeadLetter | None = None
     health: HealthOutcome | None = None
-
-
-def origin_of(url: str) -> str:
-    """``scheme://host:port`` of a URL: the breaker's and the health record's endpoint key."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
 
 
 def _answer(status: int | None, excerpt: str | None) -> str | None:
