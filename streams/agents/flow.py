@@ -14,9 +14,12 @@ attempts of a subscription go out in publish order, D9) and only when
 4. a dispatch slot is free, granted fairly across tenants by deficit round robin (F7).
 
 A throttled delivery is delayed, never failed, and never counts toward health. A subscription
-holds only a bounded queue in memory (`queue_cap`); beyond it, deliveries are deferred to a
-retry tier without an attempt (settled, so the partition's commits move on), which bounds both
-memory and how long one subscription can hold back a partition's commit position.
+holds only a bounded queue in memory (`queue_cap`); beyond it, a subscription held back by a
+limit or by a slow origin has its deliveries deferred to a retry tier without an attempt
+(settled, so the partition's commits move on), which bounds both memory and how long one
+subscription can hold back a partition's commit position. A busy origin that answers quickly
+is not slow (its attempts end in well under `SLOW_ATTEMPT_S`), so the worker's intake waits for
+it instead of paying a Kafka round trip per deferred delivery.
 """
 
 from __future__ import annotations
@@ -34,6 +37,13 @@ from streams.domain.models import Delivery, Subscription
 from streams.domain.ratelimit import TokenBucket, queue_cap
 
 TP = tuple[str, int]
+#: A saturated origin whose attempts take this long on average is slow: its full queue is
+#: deferred rather than held in the worker's intake buffer.
+SLOW_ATTEMPT_S = 1.0
+#: A saturated origin that has finished no attempt for this long is slow, whatever its average.
+STALL_S = 1.0
+#: Weight of the newest attempt in an origin's moving average of attempt durations.
+EWMA_ALPHA = 0.2
 Attempt = Callable[[Subscription, Delivery], Awaitable[float | None]]
 
 
@@ -103,6 +113,8 @@ class FlowControl:
         self._slots = FairSlots(slots, tenant_weights)
         self._origin_cap = origin_max_in_flight
         self._origins: dict[str, asyncio.Semaphore] = {}
+        self._origin_latency: dict[str, float] = {}  # moving average of attempt seconds
+        self._origin_done: dict[str, float] = {}  # when an attempt last ended (monotonic)
         self._flows: dict[str, _Flow] = {}
         self._attempt = attempt
         self._defer = defer
@@ -141,10 +153,18 @@ class FlowControl:
         flow = self._flow(sub)
         if len(flow.queue) >= flow.cap and self._held_back(sub, flow):
             # throttled: come back when the queue ahead has drained at the subscription's rate;
-            # unthrottled but its origin is saturated (a slow host): look again in a second
+            # unthrottled but its origin is slow: look again in a second, and hand back what
+            # queued beyond the origin's own slots, so a hanging host holds no intake buffer
             ahead = len(flow.queue) / sub.rate_limit if sub.rate_limit else 1.0
             wait_s = max(1.0, ahead, flow.paused_until - self._clock())
-            self._defer(delivery, int((self._clock() + wait_s) * 1000), "rate_limited")
+            due_ms = int((self._clock() + wait_s) * 1000)
+            if sub.rate_limit is None and sub.max_in_flight is None:
+                shed = [flow.queue.pop() for _ in range(len(flow.queue) - self._origin_cap)]
+                self.queued -= len(shed)
+                for held_tp, held_offset, held in reversed(shed):
+                    self._defer(held, due_ms, "rate_limited")
+                    self._settled(held_tp, held_offset)
+            self._defer(delivery, due_ms, "rate_limited")
             self._settled(tp, offset)
             return
         flow.queue.append((tp, offset, delivery))
@@ -155,14 +175,22 @@ class FlowControl:
     def _held_back(self, sub: Subscription, flow: _Flow) -> bool:
         """Whether a full queue is waiting on a limit, rather than simply busy.
 
-        A busy, unthrottled subscription whose origin still has free slots is draining as fast
-        as it can: deferring its deliveries would only cost Kafka round trips, so the worker's
-        intake waits instead (the dispatcher stops reading when its buffer is full).
+        A busy, unthrottled subscription whose origin answers quickly is draining as fast as it
+        can: deferring its deliveries would only cost Kafka round trips, so the worker's intake
+        waits instead (the dispatcher stops reading when its buffer is full). Its origin is slow
+        when every origin slot is taken and its attempts have lately taken `SLOW_ATTEMPT_S` or
+        more on average, or none has ended for `STALL_S` (F3: a host that hangs is slow before
+        its first timeout ends). An overloaded worker stretches every attempt to a fraction of
+        a second, far below either bound, so saturation alone never defers.
         """
         if sub.rate_limit is not None or sub.max_in_flight is not None:
             return True
         origin = self._origins.get(flow.origin)
-        return origin is not None and origin.locked()
+        if origin is None or not origin.locked():
+            return False
+        if time.monotonic() - self._origin_done.get(flow.origin, 0.0) > STALL_S:
+            return True
+        return self._origin_latency.get(flow.origin, 0.0) >= SLOW_ATTEMPT_S
 
     def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -174,6 +202,7 @@ class FlowControl:
         origin = self._origins.get(flow.origin)
         if origin is None:
             origin = self._origins[flow.origin] = asyncio.Semaphore(self._origin_cap)
+            self._origin_done[flow.origin] = time.monotonic()
         while flow.queue:
             in_flight = flow.in_flight
             await in_flight.acquire()
@@ -208,11 +237,13 @@ class FlowControl:
     ) -> None:
         try:
             await self._slots.acquire(flow.tenant)
+            started = time.monotonic()
             try:
                 sub = self._lookup(delivery.subscription_id)
                 pause_s = await self._attempt(sub, delivery) if sub is not None else None
             finally:
                 self._slots.release()
+                self._observe(flow.origin, time.monotonic() - started)
             if pause_s:
                 flow.paused_until = max(flow.paused_until, self._clock() + pause_s)
         finally:
@@ -220,6 +251,13 @@ class FlowControl:
             in_flight.release()
             self.running[tp] -= 1
             self._settled(tp, offset)
+
+    def _observe(self, origin: str, seconds: float) -> None:
+        self._origin_done[origin] = time.monotonic()
+        previous = self._origin_latency.get(origin)
+        self._origin_latency[origin] = (
+            seconds if previous is None else previous + EWMA_ALPHA * (seconds - previous)
+        )
 
     async def drain(self, timeout_s: float) -> None:
         """Wait for running attempts (shutdown); queued ones stay unsettled and are replayed."""

@@ -1,0 +1,118 @@
+"""F3: a busy origin that answers quickly waits at intake; a slow or hanging one is deferred.
+
+`FlowControl` is plain asyncio: these tests drive it with attempt functions that sleep or hang,
+and count what it hands back to a retry tier (``defer``) and what it settles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from streams.agents import flow as flow_module
+from streams.agents.flow import FlowControl
+from streams.domain.models import Delivery, Event, Secret, Subscription
+
+TP = ("routed", 0)
+
+
+def _sub(sub_id: str, url: str) -> Subscription:
+    return Subscription(
+        id=sub_id,
+        tenant_id="t1",
+        name=sub_id,
+        url=url,
+        filters=("*",),
+        secrets=(Secret("whsec_dGVzdA=="),),
+    )
+
+
+def _delivery(sub: Subscription, n: int) -> Delivery:
+    event = Event(f"evt_{n}", "t1", "order.created", 0, "{}", 0)
+    return Delivery(f"dlv_{sub.id}_{n}", sub.id, "t1", event)
+
+
+class Recorder:
+    def __init__(self, hang: set[str], seconds: float) -> None:
+        self.hang = hang
+        self.seconds = seconds
+        self.deferred: list[str] = []
+        self.settled: list[int] = []
+        self.attempted: list[str] = []
+        self.release = asyncio.Event()
+        self.waiting_for: set[int] = set()
+        self.all_settled = asyncio.Event()
+
+    async def attempt(self, sub: Subscription, delivery: Delivery) -> float | None:
+        self.attempted.append(delivery.delivery_id)
+        if sub.id in self.hang:
+            await self.release.wait()
+        else:
+            await asyncio.sleep(self.seconds)
+        return None
+
+    def defer(self, delivery: Delivery, due_ms: int, reason: str) -> None:
+        self.deferred.append(delivery.delivery_id)
+
+    def settle(self, tp: tuple[str, int], offset: int) -> None:
+        self.settled.append(offset)
+        self.waiting_for.discard(offset)
+        if not self.waiting_for:
+            self.all_settled.set()
+
+    async def wait_settled(self, offsets: range) -> None:
+        self.waiting_for = set(offsets) - set(self.settled)
+        self.all_settled.clear()
+        if self.waiting_for:
+            await asyncio.wait_for(self.all_settled.wait(), timeout=10)
+
+
+def _control(recorder: Recorder, subs: dict[str, Subscription], origin_cap: int) -> FlowControl:
+    return FlowControl(
+        slots=64,
+        origin_max_in_flight=origin_cap,
+        attempt=recorder.attempt,
+        defer=recorder.defer,
+        settled=recorder.settle,
+        lookup=subs.get,
+    )
+
+
+async def test_f3_a_saturated_fast_origin_is_never_deferred() -> None:
+    sub = _sub("sub_fast", "https://fast.example/hook")
+    recorder = Recorder(hang=set(), seconds=0.002)
+    control = _control(recorder, {sub.id: sub}, origin_cap=2)
+    total = 600  # far more than the queue cap (256) and the origin's 2 slots
+    for offset in range(total):
+        control.submit(TP, offset, _delivery(sub, offset), sub)
+        if offset % 50 == 0:
+            await asyncio.sleep(0)
+    await recorder.wait_settled(range(total))
+    assert recorder.deferred == []
+    assert sorted(recorder.settled) == list(range(total))
+    assert len(recorder.attempted) == total
+
+
+async def test_f3_a_hanging_origin_sheds_its_queue_and_the_others_go_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(flow_module, "STALL_S", 0.2)
+    dead = _sub("sub_dead", "https://dead.example/hook")
+    live = _sub("sub_live", "https://live.example/hook")
+    recorder = Recorder(hang={dead.id}, seconds=0.001)
+    control = _control(recorder, {dead.id: dead, live.id: live}, origin_cap=2)
+    for offset in range(300):  # fills the dead subscription's queue (cap 256)
+        control.submit(TP, offset, _delivery(dead, offset), dead)
+    await asyncio.sleep(0.3)  # no attempt has ended for longer than STALL_S: the origin is slow
+    control.submit(TP, 300, _delivery(dead, 300), dead)
+    # everything queued beyond the origin's own slots went back to a retry tier, settled
+    assert control.queued == 2
+    assert len(recorder.deferred) == 301 - 2 - 2  # minus the 2 hanging, minus the 2 queued
+    assert set(recorder.deferred).isdisjoint(recorder.attempted)
+    for offset in range(1000, 1050):
+        control.submit(TP, offset, _delivery(live, offset), live)
+    await recorder.wait_settled(range(1000, 1050))
+    assert control.queued == 2  # the dead origin's 2 still wait; its 2 attempts still hang
+    recorder.release.set()
+    await control.drain(1.0)
