@@ -51,6 +51,10 @@ bench: install kafka ## Run every benchmark (long); results in bench/results and
 	$(BIN)/python -m bench.e2e --scenario latency --runs 3 --seconds 20 --rate 1000
 	$(BIN)/python -m bench.e2e --scenario memory --runs 1 --subscriptions 100000 --rate 50
 	$(BIN)/python -m bench.e2e --scenario fanout --runs 3
+	$(BIN)/python -m bench.flow --scenario f3 --runs 3
+	$(BIN)/python -m bench.flow --scenario f7 --runs 3
+	$(BIN)/python -m bench.flow --scenario f1 --runs 3
+	$(BIN)/python -m bench.flow --scenario f5 --runs 3
 
 bench-smoke: install kafka ## A short run of the benchmark harness (sane figures, no thresholds)
 	$(BIN)/python -m bench.e2e --scenario smoke --runs 1 --no-docs --results-dir bench/results

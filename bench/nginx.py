@@ -27,7 +27,7 @@ pid {tmp}/nginx.pid;
 error_log {tmp}/error.log warn;
 events {{ worker_connections 4096; }}
 http {{
-    log_format hookstream '$msec $http_webhook_id';
+    log_format hookstream '$msec $http_webhook_id{uri}';
     access_log {tmp}/access.log hookstream buffer=256k flush=200ms;
     client_body_temp_path {tmp}/body;
     proxy_temp_path {tmp}/proxy;
@@ -72,11 +72,16 @@ def free_port() -> int:
 
 @dataclass
 class AccessLog:
-    """Reads the access log incrementally: ``received[webhook_id]`` is the first arrival (s)."""
+    """Reads the access log incrementally: ``received[webhook_id]`` is the first arrival (s).
+
+    With ``nginx_receiver(log_path=True)`` each line also ends with the request path, and
+    ``by_path[path]`` lists the time of every request to that path, repeats included.
+    """
 
     path: Path
     received: dict[str, float] = field(default_factory=dict)
     repeats: dict[str, int] = field(default_factory=dict)  # arrivals after the first, by id
+    by_path: dict[str, list[float]] = field(default_factory=dict)
     lines: int = 0
     _offset: int = 0
     _partial: bytes = b""
@@ -93,12 +98,16 @@ class AccessLog:
         data = self._partial + chunk
         *complete, self._partial = data.split(b"\n")
         for line in complete:
-            msec, _, webhook_id = line.partition(b" ")
+            msec, _, rest = line.partition(b" ")
+            webhook_id, _, uri = rest.partition(b" ")
             key = webhook_id.decode("ascii", errors="replace")
             if key in self.received:
                 self.repeats[key] = self.repeats.get(key, 0) + 1
             else:
                 self.received[key] = float(msec)
+            if uri:
+                path = uri.decode("ascii", errors="replace")
+                self.by_path.setdefault(path, []).append(float(msec))
         self.lines += len(complete)
         return len(complete)
 
@@ -113,36 +122,46 @@ class Nginx:
     log: AccessLog
     port: int
 
+    def url_for(self, path: str) -> str:
+        """The URL of another path on the same nginx (every path answers 200)."""
+        return f"http://127.0.0.1:{self.port}/{path.lstrip('/')}"
+
 
 @contextmanager
-def nginx_receiver() -> Iterator[Nginx]:
-    """Run nginx (``return 200``, one worker) for the duration of the block."""
+def nginx_receiver(log_path: bool = False) -> Iterator[Nginx]:
+    """Run nginx (``return 200``, one worker) for the duration of the block.
+
+    Every path answers; ``log_path`` adds each request's path to the access log, so deliveries
+    to subscriptions with URLs of their own can be counted per URL.
+    """
     binary = ensure_nginx()
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="hookstream-bench-nginx-") as tmp:
         conf = Path(tmp) / "nginx.conf"
         user = "user root;\n" if os.geteuid() == 0 else ""
-        conf.write_text(_CONF.format(user=user, tmp=tmp, port=port))
+        uri = " $uri" if log_path else ""
+        conf.write_text(_CONF.format(user=user, tmp=tmp, port=port, uri=uri))
         process = subprocess.Popen(
             [str(binary), "-c", str(conf), "-p", tmp],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         try:
-            _wait_listening(port, process)
+            wait_listening(port, process)
             yield Nginx(f"http://127.0.0.1:{port}/hook", AccessLog(Path(tmp) / "access.log"), port)
         finally:
             process.terminate()
             process.wait(10)
 
 
-def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
+def wait_listening(port: int, process: subprocess.Popen[bytes], name: str = "nginx") -> None:
+    """Wait until the child ``process`` accepts connections on ``port`` (at most 10 s)."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"nginx exited at start with code {process.returncode}")
+            raise RuntimeError(f"{name} exited at start with code {process.returncode}")
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.05)
-    raise RuntimeError(f"nginx did not listen on port {port} within 10 s")
+    raise RuntimeError(f"{name} did not listen on port {port} within 10 s")

@@ -47,8 +47,8 @@ def source_digest() -> str:
     return digest.hexdigest()[:12]
 
 
-def machine() -> dict[str, Any]:
-    """Facts about the machine and the code right now."""
+def machine(module: str = "bench.e2e") -> dict[str, Any]:
+    """Facts about the machine and the code right now; ``module`` is the benchmark's module."""
     try:
         import psutil
 
@@ -64,7 +64,7 @@ def machine() -> dict[str, Any]:
         "git_commit": _git("rev-parse", "--short=12", "HEAD") or None,
         "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "source_digest": source_digest(),
-        "command": shlex.join([Path(sys.executable).name, "-m", "bench.e2e", *sys.argv[1:]]),
+        "command": shlex.join([Path(sys.executable).name, "-m", module, *sys.argv[1:]]),
     }
 
 
@@ -92,13 +92,20 @@ def write_json(result: dict[str, Any], results_dir: Path) -> Path:
     return path
 
 
-def append_row(result: dict[str, Any], figures: str, ceiling: str, docs: Path = DOCS) -> bool:
-    """Insert one row for ``result`` into the results table; False when the marker is missing."""
+def append_row(
+    result: dict[str, Any],
+    figures: str,
+    ceiling: str,
+    docs: Path = DOCS,
+    marker: str = ROW_MARKER,
+) -> bool:
+    """Insert one row for ``result`` above ``marker`` (a table's last line); False when the
+    marker is missing."""
     try:
         text = docs.read_text()
     except FileNotFoundError:
         return False
-    if ROW_MARKER not in text:
+    if marker not in text:
         return False
     info = result["machine"]
     before = result["load_before"][0]
@@ -109,7 +116,7 @@ def append_row(result: dict[str, Any], figures: str, ceiling: str, docs: Path = 
         f"{info['nproc']} cores, load {before:.1f}/{after:.1f} | `{commit}` | "
         f"`{info['command']}` | {figures} | {ceiling} |\n"
     )
-    docs.write_text(text.replace(ROW_MARKER, row + ROW_MARKER, 1))
+    docs.write_text(text.replace(marker, row + marker, 1))
     return True
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,10 @@ class RigConfig:
     concurrency: int = 256
     batch_size: int = 500
     ready_timeout_s: float = 180.0
+    # subscriptions of the scenario's own, as (id, create_subscription input), made after the
+    # matching ones; they are not in `Rig.sub_ids` (the phases above never address them)
+    extra_subscriptions: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    worker_env: Mapping[str, str] = field(default_factory=dict)  # more HOOKSTREAM_* settings
 
 
 def make_event(run: str, n: int, event_type: str = EVENT_TYPE) -> Event:
@@ -79,6 +84,7 @@ class Rig:
         )
         self.workdir = workdir
         self.sub_ids: list[str] = []
+        self.extra_sub_ids: list[str] = []
         self.worker: Worker | None = None
         self.ready_s = 0.0
         self._probes = 0
@@ -93,8 +99,12 @@ class Rig:
                 data = {"tenant_id": TENANT, "url": self.receiver.url, "filters": ["order.*"]}
                 sub = create_subscription(self.settings, data, subscription_id=f"sub_bench_{i}")
                 self.sub_ids.append(sub.id)
+            for sub_id, extra in self.config.extra_subscriptions:
+                sub = create_subscription(self.settings, extra, subscription_id=sub_id)
+                self.extra_sub_ids.append(sub.id)
             began = time.monotonic()
-            self.worker = Worker(self.settings, self.workdir / f"worker-{self.run_id}.log", {})
+            log = self.workdir / f"worker-{self.run_id}.log"
+            self.worker = Worker(self.settings, log, dict(self.config.worker_env))
             self._wait_ready()
             self.ready_s = time.monotonic() - began
         except BaseException:
@@ -179,6 +189,11 @@ class Rig:
                 raise RuntimeError("the worker died:\n" + self.worker.log_tail())
             time.sleep(0.2)
         return len(ids) - len(pending)
+
+
+def produce_event(producer: Producer, topic: str, event: Event) -> None:
+    """Publish one event to the ingest topic as a producer would (JSON, keyed by tenant)."""
+    _produce(producer, topic, event.tenant_id, _json(event), True)
 
 
 def _json(event: Event) -> bytes:

@@ -1,0 +1,405 @@
+"""hookstream's flow-control benchmarks (SPEC F1, F3, F5, F7). See docs/benchmarks.md.
+
+    python -m bench.flow --scenario f3 --runs 3    # isolation from an endpoint that times out
+    python -m bench.flow --scenario f7 --runs 3    # a 100x tenant against a small one
+    python -m bench.flow --scenario f1 --runs 3    # a 50/s subscription under 500/s
+    python -m bench.flow --scenario f5 --runs 3    # one producer at 10x its ingest limit
+    python -m bench.flow --scenario all --runs 3
+
+Each run uses the real broker, topics and a group id of its own, ONE worker process, and nginx
+as the receiver of the healthy endpoints (every subscription has a URL path of its own, and
+nginx logs each request's path). F3 and F7 compare each run with a baseline run measured right
+before it in the same invocation (without the dead endpoint; without the big tenant) and report
+the median of the ratios. Each scenario writes ``bench/results/flow-<scenario>-<time>.json`` and,
+unless ``--no-docs``, adds a row to the flow-control table of docs/benchmarks.md. Nothing here
+asserts on a number: these are benchmarks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from bench.flow_ingest import scenario_f5
+from bench.nginx import Nginx
+from bench.report import DOCS, RESULTS_DIR, append_row, fmt, machine, median_of, write_json
+from bench.rig import TENANT
+from bench.silent import silent_receiver
+from bench.traffic import (
+    Stream,
+    Subs,
+    latencies_ms,
+    latency_figures,
+    load_1m,
+    max_in_fixed_windows,
+    max_in_window,
+    pipeline,
+    publish,
+    say,
+    scrape,
+)
+
+SCENARIOS = ("f3", "f7", "f1", "f5")
+SPEC_TARGETS = {
+    "f3": "F3: healthy endpoints keep >= 0.9x their throughput and <= 1.25x their p99",
+    "f7": "F7: the small tenant's p99 <= 2x its solo p99",
+    "f1": "F1: at most 52.5 deliveries in any 1 s (limit 50/s + 5%)",
+    "f5": "F5: the other producers get no 429 and keep their throughput",
+}
+#: docs/benchmarks.md keeps this line right below the flow-control table; rows go above it.
+FLOW_MARKER = "<!-- flow rows are inserted above this line by python -m bench.flow -->"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _pairs(
+    args: argparse.Namespace, run: Callable[[bool], dict[str, Any]], ratios: dict[str, str]
+) -> list[dict[str, Any]]:
+    """``args.runs`` pairs of (baseline, measured) runs; each pair's ratios of ``ratios``."""
+    pairs = []
+    for i in range(args.runs):
+        base, measured = run(False), run(True)
+        pair: dict[str, Any] = {"baseline": base, "measured": measured}
+        for name, key in ratios.items():
+            pair[name] = _ratio(measured.get(key), base.get(key))
+        pairs.append(pair)
+        say(f"pair {i + 1}: " + ", ".join(f"{n} {fmt(pair[n], '', 3)}" for n in ratios))
+    return pairs
+
+
+# --- F3: one endpoint that never answers among 100 healthy ones ------------------------------
+def scenario_f3(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    def run(with_bad: bool) -> dict[str, Any]:
+        with silent_receiver() as silent:
+            result = _f3_run(args, work, silent.url if with_bad else None)
+        result["bad_endpoint"] = silent.counts if with_bad else None
+        say(
+            f"  {'with' if with_bad else 'without'} the dead endpoint: healthy "
+            f"{fmt(result['throughput_per_s'], '/s', 1)} (offered {args.rate:g}/s), "
+            f"p50 {fmt(result['p50_ms'], ' ms', 1)}, p99 {fmt(result['p99_ms'], ' ms', 1)}, "
+            f"{result['delivered']}/{result['measured']} delivered, worker CPU "
+            f"{fmt(result['worker_cpu_percent'], '%')}; dead endpoint {result['bad_endpoint']}"
+        )
+        return result
+
+    pairs = _pairs(args, run, {"throughput_ratio": "throughput_per_s", "p99_ratio": "p99_ms"})
+    return {"runs": pairs, "medians": _pair_medians(pairs, ("throughput_per_s", "p99_ms"))}
+
+
+def _pair_medians(pairs: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, Any]:
+    medians: dict[str, Any] = {
+        name: median_of(pairs, name) for name in pairs[0] if name.endswith("_ratio")
+    }
+    for side in ("baseline", "measured"):
+        for key in keys:
+            medians[f"{side}_{key}"] = median_of([p[side] for p in pairs], key)
+    return medians
+
+
+def _f3_run(args: argparse.Namespace, work: Path, bad_url: str | None) -> dict[str, Any]:
+    healthy = tuple((f"f3.h{i}", f"sub_f3_h{i}") for i in range(args.endpoints))
+
+    def subs(receiver: Nginx) -> Subs:
+        made: list[tuple[str, Mapping[str, Any]]] = [
+            (sub_id, {"tenant_id": TENANT, "url": receiver.url_for(f"/f3/h{i}"), "filters": [kind]})
+            for i, (kind, sub_id) in enumerate(healthy)
+        ]
+        if bad_url is not None:
+            bad = {"url": bad_url, "filters": ["f3.bad"], "timeout_s": args.bad_timeout}
+            made.append(("sub_f3_bad", {"tenant_id": TENANT, **bad}))
+        return tuple(made)
+
+    bad_rate = args.bad_rate if args.bad_rate is not None else args.rate / args.endpoints
+    streams = [
+        Stream("healthy", TENANT, args.rate, healthy),
+        # published in both runs, so the router's input is the same; without the dead
+        # endpoint's subscription these events match nothing
+        Stream("bad", TENANT, bad_rate, (("f3.bad", "sub_f3_bad"),)),
+    ]
+    with pipeline(args, work, subs) as rig:
+        assert rig.worker is not None
+        load = load_1m()
+        sent = publish(rig, streams, args.seconds, args.warmup)
+        measured = sent.measured("healthy")
+        rig.wait_delivered(set(measured), stall_s=args.stall)
+        received = rig.receiver.log.received
+        start, end = sent.measured_from, sent.ended
+        inside = sum(1 for key in sent.sent["healthy"] if start <= received.get(key, 0.0) <= end)
+        per_endpoint = [
+            sum(1 for at in rig.receiver.log.by_path.get(f"/f3/h{i}", []) if start <= at <= end)
+            / (end - start)
+            for i in range(args.endpoints)
+        ]
+        lat = latencies_ms(measured, received)
+        return {
+            "load_1m": load,
+            "offered_per_s": args.rate,
+            "bad_rate_per_s": bad_rate if bad_url else 0.0,
+            "measured": len(measured),
+            "delivered": len(lat),
+            "throughput_per_s": inside / (end - start),
+            "endpoint_min_per_s": min(per_endpoint),
+            "endpoint_median_per_s": statistics.median(per_endpoint),
+            **latency_figures(lat),
+            "worker_cpu_percent": rig.worker.cpu_percent(start, end),
+            "worker_metrics": scrape(rig, ("hookstream_deliveries", "hookstream_breaker")),
+        }
+
+
+# --- F7: a tenant publishing 100x another's volume -------------------------------------------
+def scenario_f7(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    def subs(receiver: Nginx) -> Subs:
+        return tuple(
+            (f"sub_f7_{name}", {"tenant_id": name, "url": receiver.url_for(f"/f7/{name}"),
+                                "filters": [f"f7.{name}"]})
+            for name in ("small", "big")
+        )  # fmt: skip
+
+    small = Stream("small", "small", args.small_rate, (("f7.small", "sub_f7_small"),))
+    big_rate = args.small_rate * args.volume_ratio
+    big = Stream("big", "big", big_rate, (("f7.big", "sub_f7_big"),))
+
+    def run(with_big: bool) -> dict[str, Any]:
+        with pipeline(args, work, subs) as rig:
+            assert rig.worker is not None
+            load = load_1m()
+            sent = publish(rig, [small, big] if with_big else [small], args.seconds, args.warmup)
+            measured = sent.measured("small")
+            rig.wait_delivered(set(measured), stall_s=args.stall)
+            received = rig.receiver.log.received
+            start, end = sent.measured_from, sent.ended
+            result: dict[str, Any] = {
+                "load_1m": load,
+                "measured": len(measured),
+                "delivered": len(latencies_ms(measured, received)),
+                **latency_figures(latencies_ms(measured, received)),
+                "worker_cpu_percent": rig.worker.cpu_percent(start, end),
+            }
+            if with_big:
+                big_sent = sent.measured("big")
+                big_lat = latencies_ms(big_sent, received)
+                inside = sum(1 for key in big_sent if start <= received.get(key, 0.0) <= end)
+                result["big"] = {
+                    "rate_per_s": big_rate,
+                    "delivered_in_window_per_s": inside / (end - start),
+                    **latency_figures(big_lat),
+                }
+        say(
+            f"  small tenant {'with' if with_big else 'solo, without'} the big one: p50 "
+            f"{fmt(result['p50_ms'], ' ms', 1)}, p99 {fmt(result['p99_ms'], ' ms', 1)} "
+            f"({result['delivered']}/{result['measured']}), worker CPU "
+            f"{fmt(result['worker_cpu_percent'], '%')}"
+            + (f"; big: {_big_text(result['big'])}" if with_big else "")
+        )
+        return result
+
+    pairs = _pairs(args, run, {"p99_ratio": "p99_ms", "p50_ratio": "p50_ms"})
+    return {"runs": pairs, "medians": _pair_medians(pairs, ("p50_ms", "p99_ms"))}
+
+
+def _big_text(big: dict[str, Any]) -> str:
+    return (
+        f"{fmt(big['delivered_in_window_per_s'])}/s of {big['rate_per_s']:g}/s, "
+        f"p99 {fmt(big['p99_ms'], ' ms', 1)}"
+    )
+
+
+# --- F1: a subscription limited to 50/s under 500/s ------------------------------------------
+def scenario_f1(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    path = "/f1/limited"
+
+    def subs(receiver: Nginx) -> Subs:
+        limited = {"url": receiver.url_for(path), "filters": ["f1.limited"]}
+        return (("sub_f1_limited", {"tenant_id": TENANT, "rate_limit": args.limit, **limited}),)
+
+    stream = Stream("limited", TENANT, args.offered, (("f1.limited", "sub_f1_limited"),))
+    runs = []
+    for i in range(args.runs):
+        with pipeline(args, work, subs) as rig:
+            assert rig.worker is not None
+            load = load_1m()
+            sent = publish(rig, [stream], args.offer_seconds, 0.0)
+            until = sent.began + args.observe
+            while time.time() < until:
+                rig.receiver.log.poll()
+                time.sleep(0.2)
+            time.sleep(0.5)  # nginx writes its log every 200 ms
+            rig.receiver.log.poll()
+            times = [at for at in rig.receiver.log.by_path.get(path, []) if at <= until]
+            span = (times[-1] - times[0]) if len(times) > 1 else 0.0
+            run = {
+                "load_1m": load,
+                "offered_per_s": args.offered,
+                "published": sent.events("limited"),
+                "arrivals": len(times),
+                "max_sliding_1s": max_in_window(times),
+                "max_fixed_1s": max_in_fixed_windows(times),
+                "mean_per_s": (len(times) - 1) / span if span else None,
+                "worker_cpu_percent": rig.worker.cpu_percent(sent.began, until),
+                "worker_metrics": scrape(rig, ("hookstream_deliveries",)),
+            }
+        runs.append(run)
+        say(
+            f"run {i + 1}: max {run['max_sliding_1s']} in any 1 s (sliding), "
+            f"{run['max_fixed_1s']} in a clock second; mean {fmt(run['mean_per_s'], '/s', 1)} "
+            f"over {run['arrivals']} arrivals; worker CPU {fmt(run['worker_cpu_percent'], '%')}"
+        )
+    keys = ("max_sliding_1s", "max_fixed_1s", "mean_per_s", "worker_cpu_percent")
+    return {"runs": runs, "medians": {key: median_of(runs, key) for key in keys}}
+
+
+SCENARIO_FUNCS: dict[str, Callable[[argparse.Namespace, Path], dict[str, Any]]] = {
+    "f3": scenario_f3,
+    "f7": scenario_f7,
+    "f1": scenario_f1,
+    "f5": scenario_f5,
+}
+
+
+# --- docs row -------------------------------------------------------------------------------
+def _met(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("**met**" if ok else "**not met**")
+
+
+def row_figures(scenario: str, result: dict[str, Any]) -> tuple[str, str]:
+    """The figures and the verdict of one result, for the docs table."""
+    med = result["medians"]
+    config = result["config"]
+    if scenario == "f3":
+        through, p99 = med["throughput_ratio"], med["p99_ratio"]
+        pairs = "/".join(
+            f"{p['throughput_ratio']:.2f}:{p['p99_ratio']:.2f}" for p in result["runs"]
+        )
+        ok = None if through is None or p99 is None else through >= 0.9 and p99 <= 1.25
+        return (
+            f"**throughput ratio {fmt(through, '', 2)}, p99 ratio {fmt(p99, '', 2)}** (pairs "
+            f"{pairs}); healthy p99 {fmt(med['measured_p99_ms'], ' ms', 1)} with vs "
+            f"{fmt(med['baseline_p99_ms'], ' ms', 1)} without; {config['rate']:g} deliveries/s "
+            f"to {config['endpoints']} endpoints, dead endpoint timeout "
+            f"{config['bad_timeout']:g} s",
+            _met(ok),
+        )
+    if scenario == "f7":
+        ratio = med["p99_ratio"]
+        pairs = "/".join(fmt(p["p99_ratio"], "", 2) for p in result["runs"])
+        small, big = config["small_rate"], config["small_rate"] * config["volume_ratio"]
+        return (
+            f"**small tenant p99 ratio {fmt(ratio, '', 2)}** (pairs {pairs}); p99 "
+            f"{fmt(med['measured_p99_ms'], ' ms', 1)} with vs "
+            f"{fmt(med['baseline_p99_ms'], ' ms', 1)} solo; {small:g} vs {big:g} events/s",
+            _met(None if ratio is None else ratio <= 2.0),
+        )
+    if scenario == "f1":
+        top = med["max_sliding_1s"]
+        runs = "/".join(str(r["max_sliding_1s"]) for r in result["runs"])
+        return (
+            f"**max {fmt(top)} deliveries in any 1 s** (sliding windows; runs {runs}; "
+            f"clock seconds {fmt(med['max_fixed_1s'])}); mean {fmt(med['mean_per_s'], '/s', 1)}; "
+            f"limit {config['limit']:g}/s, offered {config['offered']:g}/s",
+            _met(None if top is None else top <= config["limit"] * 1.05),
+        )
+    return _f5_row(result)
+
+
+def _f5_row(result: dict[str, Any]) -> tuple[str, str]:
+    med, config = result["medians"], result["config"]
+    limited = sum(r["others_429"] for r in result["runs"])
+    return (
+        f"**others: {limited} 429s**, accepted {fmt(med['others_accepted_ratio'], '', 3)}x "
+        f"offered; noisy: {fmt(med['noisy_429'])} 429s of {fmt(med['noisy_sent'])} "
+        f"({fmt(med['noisy_accepted_per_s'], '/s', 1)} accepted); limit "
+        f"{config['ingest_limit']:g}/s, noisy {config['ingest_limit'] * config['noisy_factor']:g}/s"
+        f", {config['producers']} others at {config['others_rate']:g}/s",
+        _met(limited == 0 and (med["others_accepted_ratio"] or 0) >= 0.99),
+    )
+
+
+# --- command line ---------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.flow", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--scenario", choices=(*SCENARIOS, "all"), required=True)
+    parser.add_argument("--runs", type=int, default=3, help="runs (pairs for f3, f7); medians")
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds per run")
+    parser.add_argument("--warmup", type=float, default=3.0, help="f3/f7: seconds not counted")
+    parser.add_argument("--stall", type=float, default=30.0, help="give up waiting after this")
+    parser.add_argument("--concurrency", type=int, default=256, help="worker dispatch concurrency")
+    parser.add_argument(
+        "--quiet-load", type=float, help="before each run, wait until the 1-minute load is <= this"
+    )
+    parser.add_argument("--quiet-wait", type=float, default=600.0, help="but at most this long")
+    f3 = parser.add_argument_group("f3")
+    f3.add_argument("--endpoints", type=int, default=100, help="healthy endpoints")
+    f3.add_argument("--rate", type=float, default=250.0, help="deliveries/s to them, in total")
+    f3.add_argument("--bad-rate", type=float, help="deliveries/s to the dead endpoint "
+                    "(default: one healthy endpoint's share)")  # fmt: skip
+    f3.add_argument("--bad-timeout", type=float, default=1.0, help="its subscription's timeout")
+    f7 = parser.add_argument_group("f7")
+    f7.add_argument("--small-rate", type=float, default=3.0, help="the small tenant's events/s")
+    f7.add_argument("--volume-ratio", type=float, default=100.0, help="big / small volume")
+    f1 = parser.add_argument_group("f1")
+    f1.add_argument("--limit", type=float, default=50.0, help="the subscription's rate_limit")
+    f1.add_argument("--offered", type=float, default=500.0, help="events/s published to it")
+    f1.add_argument("--offer-seconds", type=float, default=10.0, help="seconds it is offered")
+    f1.add_argument("--observe", type=float, default=30.0, help="seconds of arrivals counted")
+    f5 = parser.add_argument_group("f5")
+    f5.add_argument("--ingest-limit", type=float, default=20.0, help="worker's limit per key")
+    f5.add_argument("--noisy-factor", type=float, default=10.0, help="noisy producer / limit")
+    f5.add_argument("--producers", type=int, default=4, help="the other producers")
+    f5.add_argument("--others-rate", type=float, default=15.0, help="each other's events/s")
+    parser.add_argument(
+        "--bootstrap", default=os.environ.get("HOOKSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    )
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--docs", type=Path, default=DOCS, help="the page that gets the rows")
+    parser.add_argument("--no-docs", action="store_true", help="do not touch docs/benchmarks.md")
+    return parser.parse_args(argv)
+
+
+def run_scenario(scenario: str, args: argparse.Namespace) -> dict[str, Any]:
+    load_before = list(os.getloadavg())
+    say(f"flow {scenario}: {os.cpu_count()} cores, load average {load_before[0]:.1f}")
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="hookstream-bench-flow-") as tmp:
+        body = SCENARIO_FUNCS[scenario](args, Path(tmp))
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    result = {
+        "scenario": f"flow-{scenario}",
+        "machine": machine("bench.flow"),
+        "load_before": load_before,
+        "seconds": time.monotonic() - began,
+        "config": config,
+        "spec_target": SPEC_TARGETS[scenario],
+        **body,
+    }
+    figures, verdict = row_figures(scenario, result)
+    result["verdict"] = verdict.strip("*")
+    path = write_json(result, args.results_dir)
+    say(f"results: {path}")
+    say(json.dumps(result["medians"], indent=2, default=str))
+    say(f"{scenario}: {figures} -> {verdict}")
+    if not args.no_docs and append_row(result, figures, verdict, args.docs, FLOW_MARKER):
+        say(f"{args.docs}: row added")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    for scenario in SCENARIOS if args.scenario == "all" else (args.scenario,):
+        run_scenario(scenario, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
