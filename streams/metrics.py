@@ -124,6 +124,13 @@ DEFERRED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+DUPLICATES_SUPPRESSED = Counter(
+    "hookstream_duplicates_suppressed",
+    "Copies of already delivered deliveries settled without sending them again (after a "
+    "crash or rebalance), by lane.",
+    ["lane"],
+    registry=REGISTRY,
+)
 IN_FLIGHT = Gauge(
     "hookstream_in_flight",
     "HTTP attempts in progress on this worker, by lane.",
@@ -326,6 +333,11 @@ def set_breakers(counts: Mapping[str, int]) -> None:
         BREAKERS.labels(state).set(counts.get(state, 0))
 
 
+def record_duplicate_suppressed(lane: str) -> None:
+    """A copy of a delivery that already succeeded was settled without an attempt (Q1)."""
+    DUPLICATES_SUPPRESSED.labels(_member(lane, LANES)).inc()
+
+
 def record_deferred(reason: str) -> None:
     """A delivery delayed without an attempt: breaker_open, rate_limited or max_in_flight."""
     DEFERRED.labels(_member(reason, DEFER_REASONS)).inc()
@@ -460,6 +472,7 @@ def _initialise() -> None:
     for lane in LANES:
         ATTEMPT_DURATION.labels(lane)
         IN_FLIGHT.labels(lane)
+        DUPLICATES_SUPPRESSED.labels(lane)
     for state in BREAKER_STATES:
         BREAKER_TRANSITIONS.labels(state)
     set_breakers({})

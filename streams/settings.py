@@ -8,7 +8,7 @@ its documentation: ``hookstream config settings`` and docs/configuration.md prin
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
@@ -24,6 +24,18 @@ def _durations(value: Any) -> Any:
     if isinstance(value, str):
         return tuple(parse_duration(part) for part in value.split(",") if part.strip())
     return value
+
+
+#: Settings given as one duration (``30s``, ``5m``); ``retry_schedule`` is a list of them.
+DURATION_FIELDS: Final = (
+    "retry_window",
+    "dedup_window",
+    "default_timeout",
+    "archive_retention",
+    "breaker_window",
+    "breaker_cooldown",
+    "breaker_max_cooldown",
+)
 
 
 def _duration(value: Any) -> Any:
@@ -123,6 +135,12 @@ class Settings(BaseSettings):
     retry_window: Annotated[float, NoDecode] = Field(
         86400.0, description="Cap on the whole retry span of one delivery (default 24h)."
     )
+    dedup_window: Annotated[float, NoDecode] = Field(
+        300.0,
+        description="How long a worker remembers successful deliveries, to settle copies that "
+        "come back after a crash or rebalance without sending them again (default 5m). Read "
+        "back from the attempt ledger when partitions are assigned.",
+    )
     default_timeout: Annotated[float, NoDecode] = Field(
         10.0, description="Default HTTP timeout of a subscription (at most 30s)."
     )
@@ -180,15 +198,7 @@ class Settings(BaseSettings):
         return value
 
     _durations_check = field_validator("retry_schedule", mode="before")(_durations)
-    _duration_check = field_validator(
-        "retry_window",
-        "default_timeout",
-        "archive_retention",
-        "breaker_window",
-        "breaker_cooldown",
-        "breaker_max_cooldown",
-        mode="before",
-    )(_duration)
+    _duration_check = field_validator(*DURATION_FIELDS, mode="before")(_duration)
 
     @field_validator("retry_schedule")
     @classmethod

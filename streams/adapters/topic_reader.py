@@ -1,4 +1,4 @@
-"""Read a topic from the beginning (or a time) up to its current end, once: for the CLI."""
+"""Read a topic up to its current end, once: from the beginning (the CLI) or from a time."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartition
 
 from streams.adapters.kafka_clients import make_consumer, watermarks
 from streams.errors import HookstreamError
@@ -34,5 +34,45 @@ def scan(settings: Settings, topic: str, timeout_s: float = 60.0) -> Iterator[Me
                 if (msg.offset() or 0) + 1 >= targets[part]:
                     del targets[part]
                 yield msg
+    finally:
+        consumer.close()
+
+
+def read_since(
+    settings: Settings,
+    topic: str,
+    partitions: list[int],
+    since_ms: int,
+    timeout_s: float = 10.0,
+) -> Iterator[Message]:
+    """Yield the records of some partitions of ``topic`` written at or after ``since_ms``, up
+    to their end when the read began. Raises `HookstreamError` after ``timeout_s``."""
+    if not partitions:
+        return
+    consumer = make_consumer(settings, f"tail-{uuid.uuid4().hex[:8]}")
+    try:
+        wanted = [TopicPartition(topic, p, since_ms) for p in partitions]
+        starts = consumer.offsets_for_times(wanted, timeout=timeout_s)
+        targets: dict[int, int] = {}
+        assign: list[TopicPartition] = []
+        for tp in starts:
+            _, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
+            if tp.offset >= 0 and tp.offset < high:  # -1: nothing written since since_ms
+                targets[tp.partition] = high
+                assign.append(TopicPartition(topic, tp.partition, tp.offset))
+        consumer.assign(assign)
+        deadline = time.monotonic() + timeout_s
+        while targets:
+            if time.monotonic() > deadline:
+                raise HookstreamError(f"timed out reading the tail of {topic}")
+            for msg in consumer.consume(1000, 0.2):
+                part = msg.partition()
+                if msg.error() is not None or part not in targets:
+                    continue
+                if (msg.offset() or 0) + 1 >= targets[part]:
+                    del targets[part]
+                yield msg
+    except KafkaException as exc:
+        raise HookstreamError(f"could not read the tail of {topic}: {exc}") from exc
     finally:
         consumer.close()

@@ -30,6 +30,7 @@ from streams.adapters.kafka_clients import (
     take,
 )
 from streams.adapters.registry import SubscriptionRegistry
+from streams.adapters.topic_reader import read_since
 from streams.agents.delivery import attempt
 from streams.agents.flow import FlowControl
 from streams.agents.outbox import Outbox
@@ -42,7 +43,9 @@ from streams.domain.breaker import (
     origin_of,
 )
 from streams.domain.classify import parse_retry_after
+from streams.domain.dedup import RecentSuccesses
 from streams.domain.models import (
+    Attempt,
     DeadLetter,
     Delivery,
     HealthOutcome,
@@ -54,7 +57,7 @@ from streams.domain.models import (
 from streams.domain.offsets import OffsetTracker
 from streams.domain.recovery import breaker_reset_due
 from streams.domain.settle import settle
-from streams.errors import DecodeError
+from streams.errors import DecodeError, HookstreamError
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -70,6 +73,12 @@ READ_AHEAD = 2000
 # instead of attempted while the subscription is suspended or disabled: the live lane's
 # deliveries already in flight finish (H4); waiting retries and backfills do not go out.
 PARKED_LANES = frozenset({Lane.RETRY, Lane.BACKFILL, Lane.REPLAY})
+# Lanes whose deliveries are settled without an attempt when they already succeeded (Q1):
+# copies replayed after a crash or rebalance. Replays, backfills, probes and tests always go.
+DEDUPED_LANES = frozenset({Lane.LIVE, Lane.RETRY})
+# At most this many deliveries settled but not committed: while commits fail (the broker is
+# away), the lane stops taking new work instead of delivering what it cannot record.
+UNCOMMITTED_CAP_PER_SLOT = 4
 
 
 def _breaker_changed(origin: str, old: BreakerState, new: BreakerState, at_ms: int) -> None:
@@ -116,6 +125,8 @@ class Dispatcher:
         )
         self._lanes = [settings.topic("routed"), settings.topic("backfill")] + [t for _, t in tiers]
         self._tracker = OffsetTracker()
+        self._recent = RecentSuccesses(settings.dedup_window)
+        self._committed_count = 0  # settled_count as of the last successful commit
         self._lock = threading.Lock()  # tracker access from rebalance callbacks
         self._flow = FlowControl(
             slots=settings.dispatch_concurrency,
@@ -135,8 +146,37 @@ class Dispatcher:
 
     # --- rebalance ------------------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        routed = self._lanes[0]
+        self._recall_successes(sorted({p.partition for p in partitions if p.topic == routed}))
         with self._lock:
             self._assigned.update((p.topic, p.partition) for p in partitions)
+
+    def _recall_successes(self, partitions: list[int]) -> None:
+        """Read the ledger's recent successes of newly assigned partitions (the attempts topic
+        is co-partitioned with the lanes), so copies of them are not sent again (Q1)."""
+        if not partitions:
+            return
+        now = self._clock()
+        since_ms = int((now - self._settings.dedup_window) * 1000)
+        topic = self._settings.topic("attempts")
+        found = 0
+        try:
+            for msg in read_since(self._settings, topic, partitions, since_ms):
+                try:
+                    att = codec.decode(Attempt, msg.value() or b"")
+                except DecodeError:
+                    continue
+                if att.outcome is OutcomeClass.SUCCESS:
+                    self._recent.add(att.delivery_id, att.started_at / 1000)
+                    found += 1
+        except HookstreamError as exc:  # at-least-once still holds; only more copies go out
+            log.warning("recent successes not read back: %s", exc)
+        log.info(
+            "recalled %d recent successes of partitions %s in %.2fs",
+            found,
+            partitions,
+            self._clock() - now,
+        )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in partitions]
@@ -207,6 +247,12 @@ class Dispatcher:
         """A delivery is ready: park it, or hand it to flow control to be attempted."""
         if tp not in self._assigned:
             return  # revoked while waiting: the new owner has it
+        if delivery.lane in DEDUPED_LANES and self._recent.seen(
+            delivery.delivery_id, self._clock()
+        ):
+            metrics.record_duplicate_suppressed(delivery.lane.value)
+            self._settled(tp, offset)
+            return
         sub = self._registry.get(delivery.subscription_id)
         if sub is None:
             self._park(delivery, "subscription_deleted")
@@ -291,6 +337,8 @@ class Dispatcher:
             delivery, result, self._policy, now_ms=done_ms, rand=self._rand, url=sub.url
         )
         metrics.record_attempt(outcome.attempt.outcome.value, lane, result.duration_ms / 1000)
+        if outcome.attempt.outcome is OutcomeClass.SUCCESS:
+            self._recent.add(delivery.delivery_id, done_ms / 1000)
         signal = breaker_signal(outcome.attempt.outcome, outcome.attempt.reason)
         if signal is not None:
             breaker.record(signal, done_ms)
@@ -343,13 +391,16 @@ class Dispatcher:
     async def _commit(self) -> None:
         with self._lock:
             positions = self._tracker.to_commit()
+            settled = self.settled_count
         if not positions:
+            self._committed_count = settled
             return
         await self._outbox.flush()
         assert self._consumer is not None
         await asyncio.get_running_loop().run_in_executor(None, commit, self._consumer, positions)
         with self._lock:
             self._tracker.mark_committed(positions)
+        self._committed_count = settled
 
     async def run(self, stop: asyncio.Event) -> None:
         """Dispatch until ``stop`` is set, then finish in-flight attempts and commit."""
@@ -358,11 +409,16 @@ class Dispatcher:
         consumer = self._consumer = make_consumer(self._settings, "dispatch")
         consumer.subscribe(self._lanes, on_assign=self._on_assign, on_revoke=self._on_revoke)
         buffer_cap = self._settings.dispatch_concurrency * 32
+        uncommitted_cap = self._settings.dispatch_concurrency * UNCOMMITTED_CAP_PER_SLOT
         last_commit = time.monotonic()
         try:
             while not stop.is_set():
                 if self._flow.busy >= buffer_cap:
                     await asyncio.sleep(0.01)  # intake waits; queues are bounded per subscription
+                    continue
+                if self.settled_count - self._committed_count >= uncommitted_cap:
+                    await self._commit_or_wait()
+                    last_commit = time.monotonic()
                     continue
                 msgs = await loop.run_in_executor(
                     None, take, consumer, self._settings.dispatch_batch_size, 0.05
@@ -377,6 +433,15 @@ class Dispatcher:
                     last_commit = time.monotonic()
         finally:
             await self._shutdown(consumer)
+
+    async def _commit_or_wait(self) -> None:
+        """Too much is settled but not committed: commit before taking more; when Kafka cannot
+        take the commit, wait, so an outage costs at most that much sent twice (Q1)."""
+        try:
+            await self._commit()
+        except HookstreamError as exc:
+            log.warning("commit failed, intake waits: %s", exc)
+            await asyncio.sleep(0.5)
 
     async def _shutdown(self, consumer: Consumer, deadline_s: float = 20.0) -> None:
         """One deadline for in-flight attempts; then flush, commit and leave the group."""

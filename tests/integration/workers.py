@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from streams.settings import Settings
+from streams.settings import DURATION_FIELDS, Settings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,23 +35,13 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
             value = value.get_secret_value()
         if isinstance(value, tuple):
             value = ",".join(f"{v}s" for v in value)
-        elif name in _DURATIONS:
+        elif name in DURATION_FIELDS:
             value = f"{value}s"
         env[f"HOOKSTREAM_{name.upper()}"] = (
             str(value).lower() if isinstance(value, bool) else str(value)
         )
     env.update(extra)
     return env
-
-
-_DURATIONS = {
-    "retry_window",
-    "default_timeout",
-    "archive_retention",
-    "breaker_window",
-    "breaker_cooldown",
-    "breaker_max_cooldown",
-}
 
 
 class WorkerProcess:

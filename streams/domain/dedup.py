@@ -1,0 +1,58 @@
+"""Recently delivered: the delivery ids a worker knows were answered 2xx lately (D1, Q1).
+
+Delivery is at-least-once. A worker that takes over partitions after a crash or a rebalance
+resumes from the last committed offsets, so the deliveries settled after that commit come to it
+again; a router that crashed before committing puts a second copy of some deliveries on
+`routed`. Each of them was delivered once already, and its success is in the attempt ledger.
+
+`RecentSuccesses` holds the ids of successful deliveries for ``window_s`` seconds: those the
+worker settled itself and those read back from the tail of the ledger when it was assigned
+partitions. The dispatcher settles a live delivery or a retry whose id is here without sending
+it again. Replays, tests and probes are always sent: a person asked for them.
+
+It is a bound on duplicates, not a guarantee of exactly-once: a success whose ledger record did
+not reach Kafka before a crash (kill -9 with records still in the producer's queue) is not
+known to the next owner, so the endpoint can still see a delivery twice, and must deduplicate
+on ``webhook-id`` as the Standard Webhooks spec says.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class RecentSuccesses:
+    """Delivery ids that succeeded at most ``window_s`` seconds ago, in bounded memory."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self._at: dict[str, float] = {}
+        self._order: deque[tuple[float, str]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def add(self, delivery_id: str, at_s: float) -> None:
+        if self.window_s <= 0:
+            return
+        known = self._at.get(delivery_id)
+        if known is None or at_s > known:
+            self._at[delivery_id] = at_s
+            self._order.append((at_s, delivery_id))
+
+    def seen(self, delivery_id: str, now_s: float) -> bool:
+        """Whether ``delivery_id`` succeeded within the window before ``now_s``."""
+        self.expire(now_s)
+        at_s = self._at.get(delivery_id)
+        # additions come roughly in time order; one that arrived late may outlive its window
+        # in memory for a while, never in the answer
+        return at_s is not None and at_s >= now_s - self.window_s
+
+    def expire(self, now_s: float) -> None:
+        """Forget what succeeded before the window."""
+        horizon = now_s - self.window_s
+        order = self._order
+        while order and order[0][0] < horizon:
+            at_s, delivery_id = order.popleft()
+            if self._at.get(delivery_id) == at_s:
+                del self._at[delivery_id]
