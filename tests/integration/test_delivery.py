@@ -157,6 +157,22 @@ async def test_d1_no_loss_with_flapping_endpoints(
     assert len(dead) == n_events  # the 410 endpoint's deliveries, each dead-lettered once
 
 
+async def test_d9_first_attempts_of_a_subscription_go_out_in_publish_order(
+    make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
+) -> None:
+    # One attempt at a time (max_in_flight 1), so the order of starts is the order of arrivals.
+    receiver = receiver_factory()
+    url = receiver.route("/ordered", Respond(200))
+    async with PipelineHarness(make_settings(**SHORT)) as h:
+        sub = await h.subscribe(url, ["order.*"], max_in_flight=1)
+        events = [make_event("acme", "order.created", n) for n in range(40)]
+        await h.publish(events[:20])
+        await h.publish(events[20:], avro=True)
+        await h.wait_for(lambda: len(receiver.requests) >= 40, timeout_s=30)
+    arrived = [r.headers["webhook-id"] for r in receiver.requests]
+    assert arrived == [delivery_id(e.id, sub.id) for e in events]
+
+
 async def test_q2_poison_events_are_dead_lettered_and_routing_goes_on(
     make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
 ) -> None:
