@@ -46,6 +46,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from streams.domain.models import OutcomeClass
@@ -132,6 +133,7 @@ def breaker_signal(outcome: OutcomeClass, reason: str) -> bool | None:
     return outcome in (OutcomeClass.SUCCESS, OutcomeClass.PERMANENT)
 
 
+@lru_cache(maxsize=65536)  # called several times per delivery with a few distinct URLs
 def origin_of(url: str) -> str:
     """The breaker key of ``url``: ``scheme://host:port``, lower case, default port filled in."""
     parts = urlsplit(url)
