@@ -136,9 +136,9 @@ class Settings(BaseSettings):
         86400.0, description="Cap on the whole retry span of one delivery (default 24h)."
     )
     dedup_window: Annotated[float, NoDecode] = Field(
-        300.0,
+        120.0,
         description="How long a worker remembers successful deliveries, to settle copies that "
-        "come back after a crash or rebalance without sending them again (default 5m). Read "
+        "come back after a crash or rebalance without sending them again (default 2m). Read "
         "back from the attempt ledger when partitions are assigned.",
     )
     default_timeout: Annotated[float, NoDecode] = Field(
