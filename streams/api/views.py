@@ -218,7 +218,8 @@ async def list_dead_letters(ctx: ApiContext, req: ApiRequest) -> Reply:
 
 
 def _analytics(ctx: ApiContext) -> stats.AnalyticsSource:
-    """The analytics tables; a worker without them folds the attempt ledger per request."""
+    """The analytics agent's tables, read from whichever worker holds each subscription; a
+    worker that runs without the agent folds the attempt ledger per request."""
     store: stats.AnalyticsSource | None = getattr(ctx.app, "hookstream_analytics", None)
     return stats.ScannedAnalytics(ctx.settings) if store is None else store
 
@@ -226,7 +227,7 @@ def _analytics(ctx: ApiContext) -> stats.AnalyticsSource:
 async def subscription_stats(ctx: ApiContext, req: ApiRequest) -> Reply:
     sub = await ctx.visible(req.principal, req.params["id"])
     found = await stats.subscription_stats(_analytics(ctx), sub, req.query.get("window"))
-    return Reply(200, {"subscription_id": sub.id, "window": found.window, **plain(found.stats)})
+    return Reply(200, stats.subscription_answer(found))
 
 
 async def tenant_stats(ctx: ApiContext, req: ApiRequest) -> Reply:
@@ -238,16 +239,7 @@ async def tenant_stats(ctx: ApiContext, req: ApiRequest) -> Reply:
     if not subs and req.principal.is_operator:
         raise NotFoundError(f"tenant {tenant_id} has no subscriptions")
     found = await stats.tenant_stats(_analytics(ctx), tenant_id, subs, req.query.get("window"))
-    return Reply(
-        200,
-        {
-            "tenant_id": tenant_id,
-            "window": found.window,
-            **plain(found.stats),
-            "subscriptions": plain(found.subscriptions),
-            "latency_warnings": list(found.latency_warnings),
-        },
-    )
+    return Reply(200, stats.tenant_answer(found))
 
 
 # --- being built elsewhere ----------------------------------------------------------------------

@@ -1,20 +1,29 @@
 """`hookstream stats`: delivery analytics of a subscription or a tenant (SPEC O2).
 
-The CLI holds no tables, so it reads the `attempts` topic once and folds it with the same pure
-code as the workers' analytics agent (``streams.services.stats.ScannedAnalytics``): it needs
-only the broker, never a running worker, and reports the same figures.
+The figures live in the workers' analytics tables, so the command asks a worker's admin API
+(``--worker``, by default this machine's ``HOOKSTREAM_WEB_PORT``) with the operator key. When no
+worker answers there, or with ``--ledger``, it reads the `attempts` topic once and folds it with
+the same pure code as the analytics agent (``streams.services.stats.ScannedAnalytics``): that
+needs only the broker, and takes longer on a large ledger.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+from urllib.parse import quote
 
 import click
 
 from streams.cli.common import echo_json, json_option, settings
-from streams.domain.analytics import SPANS, Percentiles, Stats
+from streams.domain.analytics import SPANS
+from streams.domain.analytics_report import Percentiles, Stats, stats_from_dict
 from streams.services import stats as service
 from streams.services.subscriptions import get_subscription, list_subscriptions, load_registry
+from streams.settings import Settings
+
+#: Bind addresses that mean "every interface": ask the worker on loopback instead.
+_ANY_HOST = frozenset({"", "0.0.0.0", "::"})  # noqa: S104  # compared with, never bound
 
 
 def _pct(value: float | None) -> str:
@@ -62,6 +71,33 @@ def _lines(report: Stats) -> list[str]:
     return lines
 
 
+def _worker_url(config: Settings, given: str | None) -> str:
+    if given:
+        return given.rstrip("/")
+    host = "127.0.0.1" if config.web_host in _ANY_HOST else config.web_host
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{config.web_port}"
+
+
+def _from_ledger(
+    config: Settings, subscription_id: str | None, tenant_id: str | None, window: str
+) -> dict[str, Any]:
+    """The answer a worker would give, folded from the attempts ledger here."""
+    registry = load_registry(config)
+    source = service.ScannedAnalytics(config)
+    if subscription_id is not None:
+        sub = get_subscription(config, subscription_id, source=registry)
+        return service.subscription_answer(
+            asyncio.run(service.subscription_stats(source, sub, window))
+        )
+    assert tenant_id is not None
+    subs = list_subscriptions(config, tenant_id, source=registry)
+    if not subs:
+        raise click.ClickException(f"tenant {tenant_id} has no subscriptions")
+    return service.tenant_answer(asyncio.run(service.tenant_stats(source, tenant_id, subs, window)))
+
+
 @click.command()
 @click.option("--subscription", "subscription_id", default=None, help="One subscription's stats.")
 @click.option("--tenant", "tenant_id", default=None, help="A tenant's stats, all subscriptions.")
@@ -72,52 +108,60 @@ def _lines(report: Stats) -> list[str]:
     show_default=True,
     help="The hourly windows overlapping this last span.",
 )
+@click.option(
+    "--worker",
+    "worker_url",
+    default=None,
+    help="Base URL of the worker to ask [default: http://<HOOKSTREAM_WEB_HOST>:<HOOKSTREAM_WEB_PORT>].",
+)
+@click.option(
+    "--ledger", "from_ledger", is_flag=True, help="Fold the attempts ledger here; ask no worker."
+)
 @json_option
-def stats(subscription_id: str | None, tenant_id: str | None, window: str, as_json: bool) -> None:
+def stats(
+    subscription_id: str | None,
+    tenant_id: str | None,
+    window: str,
+    worker_url: str | None,
+    from_ledger: bool,
+    as_json: bool,
+) -> None:
     """Latency percentiles, success rates, failing types and retry health (O2).
 
-    Reads the attempt ledger from Kafka; no worker needs to run.
+    Asks a worker, which reads the analytics tables of whichever worker holds each
+    subscription. When no worker answers (or none is running), folds the attempt ledger from
+    Kafka instead, and says so on stderr.
     """
     if (subscription_id is None) == (tenant_id is None):
         raise click.UsageError("give exactly one of --subscription or --tenant")
     config = settings()
-    registry = load_registry(config)
-    source = service.ScannedAnalytics(config)
+    url = _worker_url(config, worker_url)
     if subscription_id is not None:
-        sub = get_subscription(config, subscription_id, source=registry)
-        found = asyncio.run(service.subscription_stats(source, sub, window))
-        if as_json:
-            echo_json({"subscription_id": sub.id, "window": window, **_fields(found.stats)})
-            return
-        click.echo(f"subscription {sub.id} ({sub.tenant_id}), last {window}")
-        click.echo("\n".join(_lines(found.stats)))
-        return
-    assert tenant_id is not None
-    subs = list_subscriptions(config, tenant_id, source=registry)
-    if not subs:
-        raise click.ClickException(f"tenant {tenant_id} has no subscriptions")
-    report = asyncio.run(service.tenant_stats(source, tenant_id, subs, window))
+        path = f"/v1/subscriptions/{quote(subscription_id, safe='')}/stats"
+    else:
+        path = f"/v1/tenants/{quote(tenant_id or '', safe='')}/stats"
+    answer = None if from_ledger else service.ask_worker(config, url, path, window)
+    if answer is None:
+        if config.admin_token is None and not from_ledger:
+            click.echo("HOOKSTREAM_ADMIN_TOKEN is not set: folding the attempt ledger", err=True)
+        elif not from_ledger:
+            click.echo(f"no worker answered at {url}: folding the attempt ledger", err=True)
+        answer = _from_ledger(config, subscription_id, tenant_id, window)
     if as_json:
-        echo_json(
-            {
-                "tenant_id": tenant_id,
-                "window": window,
-                **_fields(report.stats),
-                "subscriptions": report.subscriptions,
-                "latency_warnings": report.latency_warnings,
-            }
-        )
+        echo_json(answer)
         return
-    click.echo(f"tenant {tenant_id}, {len(subs)} subscriptions, last {window}")
-    click.echo("\n".join(_lines(report.stats)))
-    for row in report.subscriptions:
+    report = stats_from_dict(answer)
+    if subscription_id is not None:
+        click.echo(f"subscription {subscription_id}, last {window}")
+        click.echo("\n".join(_lines(report)))
+        return
+    rows = service.rows_from_answer(answer)
+    click.echo(f"tenant {tenant_id}, {len(rows)} subscriptions, last {window}")
+    click.echo("\n".join(_lines(report)))
+    for row in rows:
         flag = "  WARNING: slow" if row.latency_warning else ""
         click.echo(
             f"  {row.subscription_id}  attempts={row.attempts} "
             f"ok={_pct(row.success_rate)} p95={_ms(row.p95_attempt_duration_ms)} "
             f"backlog={row.retry_backlog}{flag}"
         )
-
-
-def _fields(report: Stats) -> dict[str, object]:
-    return {name: getattr(report, name) for name in report.__dataclass_fields__}

@@ -26,14 +26,28 @@ with state ``error`` schedules one retry at ``next_retry_at``, and the next atte
 lane takes one off. Counts are kept per minute of due time, so memory stays bounded; a retry
 more than `STALE_RETRY_MS` past due that never fired (its subscription was suspended or deleted)
 stops counting.
+
+**Each ledger record counts once.** A consumer that restarts, or takes over a partition after a
+rebalance, reads again the records after the last committed offset, and the state it restored
+(a table's changelog) may hold some of them already. Every stored value (a subscription's
+`SubscriptionIndex`, which holds the backlog, and each of its windows) remembers the position
+(partition, offset) of the last record folded into it, and `fold` skips a record that value
+already holds. Each value is judged on its own: a crash can keep a window's write and lose its
+index's (or the reverse), and the record is then folded into the one that lacks it only. An
+attempt the dispatcher itself made twice (at least once, D1) is two records, and counts twice.
+
+`fold` is the one way records enter the state. `fold_into` and `read_stored` keep the state in
+two mappings of serialised values (the analytics agent's tables, or plain dicts in tests), and
+`MemoryAnalytics` keeps it as objects (a scan of the ledger).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Final
+
+import orjson
 
 from streams.domain.models import Attempt, DeliveryState, Lane, OutcomeClass
 from streams.domain.sketch import LatencySketch
@@ -49,12 +63,13 @@ DEFAULT_SPAN: Final = "24h"
 #: Failing event types counted per window, and how many a report shows.
 TOP_TYPES_KEPT: Final = 16
 TOP_TYPES_SHOWN: Final = 5
-#: p95 attempt duration above this share of the subscription's timeout raises a warning.
-LATENCY_WARNING_RATIO: Final = 0.8
 #: Granularity and bounds of the retry backlog.
 DUE_BUCKET_MS: Final = 60_000
 MAX_DUE_BUCKETS: Final = 1_600  # a 24h retry window plus the longest tier, by the minute
 STALE_RETRY_MS: Final = 15 * 60_000
+
+#: Where a record sits on the `attempts` topic: (partition, offset).
+Position = tuple[int, int]
 
 _NOT_DELIVERIES: Final = frozenset({Lane.PROBE, Lane.TEST})
 _LIVE_LANES: Final = frozenset({Lane.LIVE, Lane.RETRY})
@@ -88,6 +103,21 @@ def counts_as_delivery(attempt: Attempt) -> bool:
     return attempt.lane not in _NOT_DELIVERIES
 
 
+def _is_new(last: Position | None, at: Position) -> bool:
+    """Whether the record at ``at`` comes after ``last``, the last one a value holds. A record
+    of another partition is new: the topic was re-partitioned and offsets start over."""
+    return last is None or last[0] != at[0] or at[1] > last[1]
+
+
+def _position_of(data: Any) -> Position | None:
+    found = data.get("position")
+    return None if found is None else (int(found[0]), int(found[1]))
+
+
+def _position_dict(position: Position | None) -> list[int] | None:
+    return None if position is None else list(position)
+
+
 def _top_add(table: dict[str, int], key: str, n: int) -> None:
     """Space-saving: a new key in a full table replaces the smallest, inheriting its count."""
     if key in table or len(table) < TOP_TYPES_KEPT:
@@ -116,6 +146,11 @@ class WindowAggregate:
     failed_types: dict[str, int] = field(default_factory=dict)
     duration: LatencySketch = field(default_factory=LatencySketch)
     latency: LatencySketch = field(default_factory=LatencySketch)
+    position: Position | None = None  # the last ledger record folded in (None when merged)
+
+    def holds(self, at: Position) -> bool:
+        """Whether the ledger record at ``at`` is already counted here."""
+        return not _is_new(self.position, at)
 
     def add(self, att: Attempt) -> None:
         """Fold one attempt in (the caller skips probe and test sends)."""
@@ -160,6 +195,7 @@ class WindowAggregate:
             failed_types=dict(self.failed_types),
             duration=self.duration.to_dict(),
             latency=self.latency.to_dict(),
+            position=_position_dict(self.position),
         )
         return out
 
@@ -171,9 +207,10 @@ class WindowAggregate:
                 failed_types={str(k): int(v) for k, v in data["failed_types"].items()},
                 duration=LatencySketch.from_dict(data["duration"]),
                 latency=LatencySketch.from_dict(data["latency"]),
+                position=_position_of(data),
                 **{name: int(data[name]) for name in _COUNTERS},
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise DecodeError("invalid_aggregate", f"not a window aggregate: {exc!r}") from exc
         return agg
 
@@ -246,16 +283,11 @@ class SubscriptionIndex:
 
     windows: set[int] = field(default_factory=set)
     backlog: RetryBacklog = field(default_factory=RetryBacklog)
-    position: tuple[int, int] | None = None  # (partition, offset) of the last attempt applied
+    position: Position | None = None  # the last ledger record observed
 
-    def applied(self, partition: int, offset: int) -> bool:
-        """Whether the ledger record at (partition, offset) is already counted: a consumer that
-        restarts from its last commit reads some records again, and they must not count twice."""
-        return (
-            self.position is not None
-            and self.position[0] == partition
-            and (offset <= self.position[1])
-        )
+    def holds(self, at: Position) -> bool:
+        """Whether the ledger record at ``at`` is already counted here (window set, backlog)."""
+        return not _is_new(self.position, at)
 
     def observe(self, att: Attempt) -> tuple[int, list[int]]:
         """Record ``att``: (its window start, windows now past retention to delete)."""
@@ -271,7 +303,7 @@ class SubscriptionIndex:
         return {
             "windows": sorted(self.windows),
             "backlog": self.backlog.to_dict(),
-            "position": None if self.position is None else list(self.position),
+            "position": _position_dict(self.position),
         }
 
     @classmethod
@@ -280,9 +312,8 @@ class SubscriptionIndex:
             return cls()
         try:
             windows = {int(w) for w in data["windows"]}
-            found = data.get("position")
-            position = None if found is None else (int(found[0]), int(found[1]))
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            position = _position_of(data)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise DecodeError("invalid_index", f"not an analytics index: {exc!r}") from exc
         return cls(windows, RetryBacklog.from_dict(data.get("backlog")), position)
 
@@ -306,125 +337,155 @@ class SubscriptionData:
         return cls(windows, RetryBacklog.from_dict(data.get("backlog")))
 
 
-# --- reports -------------------------------------------------------------------------------------
+# --- folding ledger records ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Percentiles:
-    p50: float | None
-    p95: float | None
-    p99: float | None
+@dataclass(slots=True)
+class Fold:
+    """What folding some records changed in one subscription's state: the values to write."""
+
+    index: SubscriptionIndex
+    index_changed: bool = False
+    windows: dict[int, WindowAggregate] = field(default_factory=dict)  # changed, by start
+    expired: list[int] = field(default_factory=list)  # window starts to delete
 
 
-@dataclass(frozen=True, slots=True)
-class DailyRate:
-    day: str  # UTC date, YYYY-MM-DD
-    deliveries: int
-    delivered: int
-    success_rate: float | None
+def fold(
+    index: SubscriptionIndex,
+    load: Callable[[int], WindowAggregate | None],
+    records: Iterable[tuple[Position, Attempt]],
+) -> Fold:
+    """Fold one subscription's ledger records, in ledger order, into its index and windows.
+
+    ``index`` is changed in place; ``load(start)`` gives the stored window that starts at
+    ``start``, or None. A record a value already holds is not folded into it again (see the
+    module). Probe and test sends are skipped.
+    """
+    result = Fold(index)
+    loaded: dict[int, WindowAggregate | None] = {}
+    for at, att in records:
+        if not counts_as_delivery(att):
+            continue
+        start = window_start(att.started_at)
+        if not index.holds(at):
+            start, expired = index.observe(att)
+            index.position = at
+            result.index_changed = True
+            for old in expired:
+                result.windows.pop(old, None)
+                loaded[old] = None
+                result.expired.append(old)
+        if start not in index.windows:
+            continue  # older than the retention: expired already
+        if start not in loaded:
+            loaded[start] = load(start)
+        window = loaded[start] or WindowAggregate(start=start)
+        loaded[start] = window
+        if not window.holds(at):
+            window.add(att)
+            window.position = at
+            result.windows[start] = window
+    return result
 
 
-@dataclass(frozen=True, slots=True)
-class FailedType:
-    event_type: str
-    failures: int
+class MemoryAnalytics:
+    """Every subscription's index and windows in memory, folded from ledger records in order
+    (a scan of the `attempts` topic: ``hookstream stats`` without a worker)."""
+
+    def __init__(self) -> None:
+        self.indexes: dict[str, SubscriptionIndex] = {}
+        self.windows: dict[str, dict[int, WindowAggregate]] = {}
+
+    def add(self, at: Position, att: Attempt) -> None:
+        if not counts_as_delivery(att):
+            return
+        sub_id = att.subscription_id
+        index = self.indexes.setdefault(sub_id, SubscriptionIndex())
+        mine = self.windows.setdefault(sub_id, {})
+        result = fold(index, mine.get, [(at, att)])
+        mine.update(result.windows)
+        for start in result.expired:
+            mine.pop(start, None)
+
+    def data(self, sub_id: str, since: int) -> SubscriptionData | None:
+        """The windows starting at or after ``since``, and the backlog; None if never seen."""
+        index = self.indexes.get(sub_id)
+        if index is None:
+            return None
+        mine = self.windows.get(sub_id, {})
+        chosen = [mine[s] for s in sorted(index.windows) if s >= since and s in mine]
+        return SubscriptionData(chosen, index.backlog)
 
 
-@dataclass(frozen=True, slots=True)
-class Stats:
-    """A report over a span; rates and means are None when nothing was counted."""
-
-    since: int
-    until: int
-    attempts: int
-    successes: int
-    failures: int
-    deliveries: int
-    delivered: int
-    failed: int
-    success_rate: float | None
-    first_attempt_success_rate: float | None
-    rescued_by_retry: int
-    average_attempts: float | None
-    mean_time_to_deliver_ms: float | None
-    latency_ms: Percentiles
-    attempt_duration_ms: Percentiles
-    most_failed_types: tuple[FailedType, ...]
-    daily: tuple[DailyRate, ...]
-    retry_backlog: int
-    timeout_ms: float | None
-    latency_warning: bool
+# --- the stored form: two mappings of serialised values --------------------------------------
 
 
-def _ratio(part: int, whole: int) -> float | None:
-    return None if whole == 0 else part / whole
+def window_key(subscription_id: str, start: int) -> bytes:
+    """The key of a subscription's window in the windows mapping."""
+    return f"{subscription_id}|{start}".encode()
 
 
-def percentiles(sketch: LatencySketch) -> Percentiles:
-    return Percentiles(sketch.quantile(0.5), sketch.quantile(0.95), sketch.quantile(0.99))
+def _decoded(
+    read: Callable[[Any], Any], value: bytes | None, unreadable: list[bytes], key: bytes
+) -> Any:
+    if value is None:
+        return None
+    try:
+        return read(orjson.loads(value))
+    except (DecodeError, orjson.JSONDecodeError):
+        unreadable.append(key)  # started afresh: the caller logs it
+        return None
 
 
-def latency_warning(duration: LatencySketch, timeout_ms: float | None) -> bool:
-    """p95 of the attempt duration is above 80% of the subscription's timeout."""
-    p95 = duration.quantile(0.95)
-    return timeout_ms is not None and p95 is not None and p95 > LATENCY_WARNING_RATIO * timeout_ms
+def fold_into(
+    indexes: MutableMapping[bytes, bytes],
+    windows: MutableMapping[bytes, bytes],
+    subscription_id: str,
+    records: Iterable[tuple[Position, Attempt]],
+) -> list[bytes]:
+    """`fold` one subscription's records into stored values: its index under its id in
+    ``indexes``, its windows under `window_key` in ``windows``. Writes the windows before the
+    index; returns the keys of values that could not be read and were started afresh."""
+    unreadable: list[bytes] = []
+    key = subscription_id.encode()
+    index = _decoded(SubscriptionIndex.from_dict, indexes.get(key), unreadable, key)
 
-
-def daily_rates(windows: Iterable[WindowAggregate]) -> tuple[DailyRate, ...]:
-    """Delivery success rate per UTC day, oldest first."""
-    days: dict[int, list[int]] = {}
-    for w in windows:
-        day = days.setdefault(w.start - w.start % DAY_MS, [0, 0])
-        day[0] += w.delivered + w.failed
-        day[1] += w.delivered
-    return tuple(
-        DailyRate(
-            day=datetime.fromtimestamp(start / 1000, tz=UTC).date().isoformat(),
-            deliveries=total,
-            delivered=ok,
-            success_rate=_ratio(ok, total),
+    def load(start: int) -> WindowAggregate | None:
+        at = window_key(subscription_id, start)
+        found: WindowAggregate | None = _decoded(
+            WindowAggregate.from_dict, windows.get(at), unreadable, at
         )
-        for start, (total, ok) in sorted(days.items())
-    )
+        return found
+
+    result = fold(index or SubscriptionIndex(), load, records)
+    for start, window in result.windows.items():
+        windows[window_key(subscription_id, start)] = orjson.dumps(window.to_dict())
+    for start in result.expired:
+        old = window_key(subscription_id, start)
+        if old in windows:
+            del windows[old]
+    if result.index_changed:
+        indexes[key] = orjson.dumps(result.index.to_dict())
+    return unreadable
 
 
-def top_failed(failed_types: dict[str, int], n: int = TOP_TYPES_SHOWN) -> tuple[FailedType, ...]:
-    ranked = sorted(failed_types.items(), key=lambda kv: (-kv[1], kv[0]))
-    return tuple(FailedType(t, c) for t, c in ranked[:n])
-
-
-def summarise(
-    windows: list[WindowAggregate],
-    *,
+def read_stored(
+    indexes: Mapping[bytes, bytes],
+    windows: Mapping[bytes, bytes],
+    subscription_id: str,
     since: int,
-    until: int,
-    retry_backlog: int = 0,
-    timeout_ms: float | None = None,
-) -> Stats:
-    """The report over the windows that start in ``[since, until]``."""
-    chosen = [w for w in windows if since <= w.start <= until]
-    total = merge_all(chosen, since)
-    deliveries = total.delivered + total.failed
-    mean_ttd = None if total.delivered == 0 else total.time_to_deliver_ms / total.delivered
-    return Stats(
-        since=since,
-        until=until,
-        attempts=total.attempts,
-        successes=total.successes,
-        failures=total.failures,
-        deliveries=deliveries,
-        delivered=total.delivered,
-        failed=total.failed,
-        success_rate=_ratio(total.delivered, deliveries),
-        first_attempt_success_rate=_ratio(total.first_attempt_successes, total.first_attempts),
-        rescued_by_retry=total.rescued,
-        average_attempts=None if deliveries == 0 else total.terminal_attempts / deliveries,
-        mean_time_to_deliver_ms=mean_ttd,
-        latency_ms=percentiles(total.latency),
-        attempt_duration_ms=percentiles(total.duration),
-        most_failed_types=top_failed(total.failed_types),
-        daily=daily_rates(chosen),
-        retry_backlog=retry_backlog,
-        timeout_ms=timeout_ms,
-        latency_warning=latency_warning(total.duration, timeout_ms),
-    )
+) -> SubscriptionData | None:
+    """A subscription's windows starting at or after ``since``, and its backlog, from stored
+    values; None if it has none (an unreadable value reads as none)."""
+    ignored: list[bytes] = []
+    key = subscription_id.encode()
+    index = _decoded(SubscriptionIndex.from_dict, indexes.get(key), ignored, key)
+    if index is None:
+        return None
+    chosen = []
+    for start in sorted(w for w in index.windows if w >= since):
+        at = window_key(subscription_id, start)
+        window = _decoded(WindowAggregate.from_dict, windows.get(at), ignored, at)
+        if window is not None:
+            chosen.append(window)
+    return SubscriptionData(chosen, index.backlog)

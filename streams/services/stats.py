@@ -1,13 +1,17 @@
 """Delivery analytics queries, shared by the admin API and `hookstream stats` (SPEC O2).
 
 A query asks an `AnalyticsSource` for the stored windows of some subscriptions and reports on
-them with the pure code of ``streams.domain.analytics``. There are two sources:
+them with the pure code of ``streams.domain.analytics`` and ``streams.domain.analytics_report``.
+There are two sources:
 
 - on a worker, the analytics agent's tables (``streams.agents.analytics.AnalyticsStore``),
   which reads each subscription from whichever worker owns its partition;
-- in the CLI, `ScannedAnalytics`, which reads the `attempts` topic once and folds it with the
-  same code, so ``hookstream stats`` works with no worker running (the ledger keeps 7 days, the
-  same as the windows).
+- `ScannedAnalytics`, which reads the `attempts` topic once and folds it with the same code:
+  ``hookstream stats`` uses it when no worker answers (the ledger keeps 7 days, the same as the
+  windows), and so does a worker that runs without the analytics agent.
+
+`subscription_answer` and `tenant_answer` are the one JSON form of a report: the API sends it,
+and ``hookstream stats`` prints it, whether a worker (`ask_worker`) or the ledger answered.
 """
 
 from __future__ import annotations
@@ -16,25 +20,29 @@ import asyncio
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Final, Protocol
+
+import httpx
 
 from streams.adapters import codec
 from streams.adapters.topic_reader import scan
 from streams.domain.analytics import (
     DEFAULT_SPAN,
     SPANS,
-    Stats,
+    MemoryAnalytics,
     SubscriptionData,
-    SubscriptionIndex,
-    WindowAggregate,
-    counts_as_delivery,
-    merge_all,
     span_start,
-    summarise,
 )
+from streams.domain.analytics_report import Stats, summarise
 from streams.domain.models import Attempt, Subscription
-from streams.errors import DecodeError, ValidationError
+from streams.errors import DecodeError, HookstreamError, NotFoundError, ValidationError
+from streams.plain import plain
 from streams.settings import Settings
+
+#: How long ``hookstream stats`` waits for a worker's answer, and how often it asks again while
+#: the worker's partitions move (503).
+WORKER_TIMEOUT_S: Final = 30.0
+WORKER_TRIES: Final = 10
 
 
 class AnalyticsSource(Protocol):
@@ -135,9 +143,8 @@ async def tenant_stats(
                 latency_warning=report.latency_warning,
             )
         )
-    merged = merge_all(w for data in found.values() for w in data.windows)
     total = summarise(
-        [merged] if found else [],
+        [w for data in found.values() for w in data.windows],
         since=since,
         until=now,
         retry_backlog=sum(r.retry_backlog for r in rows),
@@ -153,26 +160,77 @@ class ScannedAnalytics:
         self.settings = settings
 
     def _fold(self, wanted: set[str], since: int) -> dict[str, SubscriptionData]:
-        indexes: dict[str, SubscriptionIndex] = {}
-        windows: dict[tuple[str, int], WindowAggregate] = {}
+        state = MemoryAnalytics()
         for msg in scan(self.settings, self.settings.topic("attempts")):
             try:
                 att = codec.decode(Attempt, msg.value() or b"")
             except DecodeError:
                 continue
-            if att.subscription_id not in wanted or not counts_as_delivery(att):
-                continue
-            index = indexes.setdefault(att.subscription_id, SubscriptionIndex())
-            start, _ = index.observe(att)
-            key = (att.subscription_id, start)
-            windows.setdefault(key, WindowAggregate(start=start)).add(att)
-        return {
-            sub_id: SubscriptionData(
-                [windows[(sub_id, s)] for s in sorted(index.windows) if s >= since],
-                index.backlog,
-            )
-            for sub_id, index in indexes.items()
-        }
+            if att.subscription_id in wanted:
+                state.add((msg.partition() or 0, msg.offset() or 0), att)
+        found = {sub_id: state.data(sub_id, since) for sub_id in wanted}
+        return {sub_id: data for sub_id, data in found.items() if data is not None}
 
     async def fetch(self, subscription_ids: list[str], since: int) -> dict[str, SubscriptionData]:
         return await asyncio.to_thread(self._fold, set(subscription_ids), since)
+
+
+# --- answers -------------------------------------------------------------------------------------
+
+
+def subscription_answer(found: SubscriptionStats) -> dict[str, Any]:
+    """The JSON form of a subscription's report (``GET /v1/subscriptions/{id}/stats``)."""
+    return {"subscription_id": found.subscription_id, "window": found.window, **plain(found.stats)}
+
+
+def tenant_answer(found: TenantStats) -> dict[str, Any]:
+    """The JSON form of a tenant's report (``GET /v1/tenants/{id}/stats``)."""
+    return {
+        "tenant_id": found.tenant_id,
+        "window": found.window,
+        **plain(found.stats),
+        "subscriptions": plain(found.subscriptions),
+        "latency_warnings": list(found.latency_warnings),
+    }
+
+
+def rows_from_answer(answer: dict[str, Any]) -> list[SubscriptionRow]:
+    """A tenant answer's rows; `DecodeError` if they are not rows."""
+    try:
+        return [SubscriptionRow(**row) for row in answer["subscriptions"]]
+    except (KeyError, TypeError) as exc:
+        raise DecodeError("invalid_stats", f"not a tenant report: {exc!r}") from exc
+
+
+def ask_worker(
+    settings: Settings, url: str, path: str, window: str, *, pause_s: float = 1.0
+) -> dict[str, Any] | None:
+    """A worker's answer to ``GET {url}{path}?window=``, or None when no worker answers there
+    or no operator key (``HOOKSTREAM_ADMIN_TOKEN``) is set to ask with. A 404 or 422 raises the
+    matching typed error; while the worker's partitions move (503) it asks again."""
+    token = settings.admin_token
+    if token is None:
+        return None
+    headers = {"Authorization": f"Bearer {token.get_secret_value()}"}
+    for _ in range(WORKER_TRIES):
+        try:
+            response = httpx.get(
+                f"{url}{path}", params={"window": window}, headers=headers, timeout=WORKER_TIMEOUT_S
+            )
+        except httpx.TransportError:
+            return None
+        if response.status_code != 503:
+            break
+        time.sleep(pause_s)
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    if response.status_code == 200 and isinstance(body, dict):
+        return body
+    if response.status_code == 404:
+        raise NotFoundError(str(body.get("message", "not found")))
+    if response.status_code == 422:
+        raise ValidationError(dict(body.get("fields", {})))
+    message = body.get("message", response.text[:200]) if isinstance(body, dict) else ""
+    raise HookstreamError(f"the worker at {url} answered {response.status_code}: {message}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,10 +19,11 @@ from streams.domain.analytics import (
     SubscriptionData,
     SubscriptionIndex,
     WindowAggregate,
+    counts_as_delivery,
     merge_all,
     span_start,
-    summarise,
 )
+from streams.domain.analytics_report import stats_from_dict, summarise
 from streams.domain.models import Attempt, DeliveryState, Lane, OutcomeClass, Subscription
 from streams.errors import DecodeError, ValidationError
 from streams.services import stats
@@ -115,7 +117,7 @@ def test_o2_backfills_leave_latency_alone_and_probes_are_not_deliveries() -> Non
     window = window_of(backfill)
     assert window.latency.count == 0 and window.delivered == 1
     index = SubscriptionIndex()
-    assert not stats.counts_as_delivery(att(OK, lane=Lane.PROBE))
+    assert not counts_as_delivery(att(OK, lane=Lane.PROBE))
     assert index.windows == set()
 
 
@@ -252,8 +254,47 @@ async def test_o2_tenant_view_merges_its_subscriptions() -> None:
 def test_o2_records_read_again_are_not_counted_twice() -> None:
     """O2: after a rebalance or restart the agent reads some records again; they are skipped."""
     index = SubscriptionIndex(position=(3, 41))
-    assert index.applied(3, 41) and index.applied(3, 7)
-    assert not index.applied(3, 42)
-    assert not index.applied(4, 0)  # another partition: the topic was re-partitioned
-    assert not SubscriptionIndex().applied(0, 0)
+    assert index.holds((3, 41)) and index.holds((3, 7))
+    assert not index.holds((3, 42))
+    assert not index.holds((4, 0))  # another partition: the topic was re-partitioned
+    assert not SubscriptionIndex().holds((0, 0))
     assert SubscriptionIndex.from_dict(index.to_dict()).position == (3, 41)
+
+
+async def test_o2_a_report_reads_back_from_its_json_answer() -> None:
+    """`hookstream stats` prints a worker's JSON answer with the same code as a local report."""
+    window = window_of(att(OK), att(RETRY, next_retry_at=T0 + 60_000), att(DEAD, etype="a.b"))
+    source = FakeSource({"fast": SubscriptionData([window], RetryBacklog({T0 + 60_000: 1}))})
+    sub = _sub("fast", 10)
+    one = await stats.subscription_stats(source, sub, "1h", now_ms=T0 + 1000)
+    answer = stats.subscription_answer(one)
+    assert answer["subscription_id"] == "fast" and answer["window"] == "1h"
+    assert stats_from_dict(orjson.loads(orjson.dumps(answer))) == one.stats
+    tenant = await stats.tenant_stats(source, "acme", [sub], "1h", now_ms=T0 + 1000)
+    wire = orjson.loads(orjson.dumps(stats.tenant_answer(tenant)))
+    assert stats_from_dict(wire) == tenant.stats
+    assert tuple(stats.rows_from_answer(wire)) == tenant.subscriptions
+    with pytest.raises(DecodeError):
+        stats_from_dict({"attempts": 1})
+    with pytest.raises(DecodeError):
+        stats.rows_from_answer({"subscriptions": [{"nope": 1}]})
+
+
+async def test_o2_a_tenant_report_keeps_its_days_apart() -> None:
+    """O2: the tenant's daily success rate is per UTC day, as a subscription's is."""
+    day1 = window_of(att(OK, sub="a"), att(DEAD, sub="a"))
+    day2 = WindowAggregate(start=T0 + DAY_MS)
+    day2.add(att(OK, at=T0 + DAY_MS, sub="b"))
+    source = FakeSource(
+        {
+            "a": SubscriptionData([day1], RetryBacklog()),
+            "b": SubscriptionData([day2], RetryBacklog()),
+        }
+    )
+    report = await stats.tenant_stats(
+        source, "acme", [_sub("a", 10), _sub("b", 10)], "7d", now_ms=T0 + DAY_MS + 1000
+    )
+    assert [(d.day, d.delivered, d.deliveries) for d in report.stats.daily] == [
+        ("2024-05-01", 1, 2),
+        ("2024-05-02", 1, 1),
+    ]

@@ -72,6 +72,20 @@ def test_o2_known_distribution_percentiles() -> None:
     assert len(sketch.buckets) < 500  # 4 decades at 1%: about 460 buckets, not 10,000 samples
 
 
+def test_o2_known_two_speed_receiver_percentiles() -> None:
+    """O2: 90% of answers at 50 ms and 10% at 200 ms (a receiver with a slow tail), merged from
+    ten windows: p50 is 50 ms and p95 and p99 are 200 ms, each within 1%."""
+    windows = [sketch_of([50.0] * 90 + [200.0] * 10) for _ in range(10)]
+    merged = LatencySketch()
+    for window in windows:
+        merged.merge(window)
+    assert merged.count == 1000
+    for q, truth in ((0.5, 50.0), (0.9, 50.0), (0.95, 200.0), (0.99, 200.0)):
+        value = merged.quantile(q)
+        assert value is not None and abs(value - truth) <= TOLERANCE * truth, (q, value)
+    assert len(merged.buckets) == 2  # two buckets, not 1,000 samples
+
+
 def test_o2_tiny_huge_and_empty_values() -> None:
     """Values under MIN_VALUE report as 0, over MAX_VALUE clamp; an empty sketch has none."""
     assert LatencySketch().quantile(0.5) is None
