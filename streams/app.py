@@ -29,6 +29,7 @@ from faust.tables.manager import TableManager
 
 from streams.adapters.kafka_admin import TopicAdmin
 from streams.adapters.lag import lag_component
+from streams.agents.analytics import analytics_component
 from streams.agents.backfill import backfill_component
 from streams.agents.health import health_component
 from streams.agents.notifier import notifier_component
@@ -51,6 +52,7 @@ DEFAULT_COMPONENTS: list[Component] = [
     health_component,
     notifier_component,
     lag_component,
+    analytics_component,
 ]
 
 MIB: Final = 1024 * 1024

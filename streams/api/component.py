@@ -5,8 +5,9 @@ service that follows the `apikeys` topic (tenant keys) and, when the worker runs
 the `subscriptions` topic. Every request goes through `dispatch`: authenticate, parse the JSON
 body, call the view, and render typed errors in one place (``streams.api.errors``).
 
-Routing a request to the worker that owns some table partition (faust ``table_route``) is not
-needed yet: every view reads state every worker holds (the registries) or Kafka itself.
+Only the stats views read state that lives on one worker (the analytics tables); the analytics
+store (``streams.agents.analytics``) asks the owner of each subscription's partition, as faust's
+``table_route`` would. Every other view reads state every worker holds (the registries) or Kafka.
 """
 
 from __future__ import annotations

@@ -1,0 +1,284 @@
+"""Delivery analytics: the analytics agent, its tables, and reading them from any worker (O2).
+
+The agent reads `attempts` (one record per HTTP attempt, keyed by subscription id) in batches
+(`BATCH_MAX` records or `BATCH_WITHIN_S`, whichever comes first) and folds each subscription's
+records with the pure ``streams.domain.analytics.fold``: a batch costs one read and one write
+per subscription and window it touches, not per record.
+
+Two plain changelog tables, co-partitioned with `attempts` (``lane_partitions`` partitions):
+
+- ``analytics-windows``: key ``<subscription id>|<window start ms>``, value one hourly
+  `WindowAggregate`. One small value per window, so a write serialises one hour's sketches,
+  never a week's.
+- ``analytics-index``: key the subscription id, value the window starts it holds and its retry
+  backlog. It drives expiry: when a subscription's newest window moves past the retention, the
+  expired windows are deleted (tombstones on the changelog) in the same batch.
+
+Every value remembers the last ledger record folded into it, so a record read again after a
+restart or a rebalance is never counted twice (see ``streams.domain.analytics``).
+
+Faust writes a table value to the changelog partition of the *current event*. A batch mixes
+partitions, so each partition's records are folded with the current event set to one of that
+partition's events (`_fold_partition`): a subscription's values always live in its own partition,
+the one its attempts and its owner's assignment are in.
+
+Faust's windowed tables were not used: their keys are JSON-serialised ``(key, window)`` pairs,
+which hash to other partitions than the raw subscription id the lanes use, and they expire only
+the windows written since the process started (not those recovered from the changelog).
+
+**Reading from any worker** (the equivalent of Faust's ``table_route``, for many keys at once).
+A worker answers for a subscription only while it holds that subscription's partition as an
+active assignment and no rebalance or table recovery is under way; otherwise it asks the owner
+the Faust assignor names (``GET /internal/analytics`` with the operator key), and that owner
+checks the same before it answers. A partition that is moving answers 503 (try again) on both
+sides, so an old owner's stale copy is never served and no subscription is counted by two
+workers. A subscription's partition is the Kafka default partitioner's murmur2 of its raw id,
+as every hookstream producer uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
+
+import httpx
+from aiokafka.partitioner import murmur2  # type: ignore[import-untyped]  # aiokafka ships no types
+from faust.web import View
+from yarl import URL
+
+from streams.adapters import codec
+from streams.adapters.kafka_admin import load_topology
+from streams.api.auth import authenticate
+from streams.api.errors import UnauthorizedError, UnavailableError
+from streams.domain.analytics import Position, SubscriptionData, fold_into, read_stored
+from streams.domain.models import Attempt
+from streams.errors import DecodeError
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+WINDOWS_TABLE: Final = "analytics-windows"
+INDEX_TABLE: Final = "analytics-index"
+PEER_PATH: Final = "/internal/analytics"
+PEER_TIMEOUT_S: Final = 10.0
+#: A batch: this many attempt records, or what arrived within this many seconds.
+BATCH_MAX: Final = 5000
+BATCH_WITHIN_S: Final = 1.0
+#: Seconds a client should wait before asking again while partitions move.
+RETRY_AFTER_S: Final = "1"
+RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
+#: Tables of bytes keys and values (faust then stores them as they are).
+RAW_TABLE = {"key_type": bytes, "value_type": bytes}
+
+
+def partition_of(subscription_id: str, partitions: int) -> int:
+    """The partition of a subscription-keyed record (Kafka's default partitioner)."""
+    return int((murmur2(subscription_id.encode()) & 0x7FFFFFFF) % partitions)
+
+
+def _ident(url: URL | str) -> tuple[str, int]:
+    parsed = URL(str(url))
+    return (parsed.host or "", int(parsed.port or 80))
+
+
+def _moving(what: str) -> UnavailableError:
+    return UnavailableError(
+        f"{what}: analytics partitions are moving between workers; try again",
+        {"Retry-After": RETRY_AFTER_S},
+    )
+
+
+class AnalyticsStore:
+    """The analytics agent's tables, and reads of them from any worker."""
+
+    def __init__(self, app: Any, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+        self.partitions = load_topology(settings).lane_partitions
+        self.topic = app.topic(settings.topic("attempts"), **RAW)
+        self.windows = app.Table(
+            WINDOWS_TABLE,
+            default=None,
+            partitions=self.partitions,
+            help="hourly aggregates",
+            **RAW_TABLE,
+        )
+        self.index = app.Table(
+            INDEX_TABLE,
+            default=None,
+            partitions=self.partitions,
+            help="windows, backlog",
+            **RAW_TABLE,
+        )
+
+    # --- writing (inside the agent) -------------------------------------------------------------
+
+    def apply_batch(self, events: Sequence[Any], focus: Callable[[Any], None]) -> None:
+        """Fold a batch of `attempts` events; ``focus(event)`` makes ``event`` the current one,
+        so that table writes go to its partition."""
+        by_partition: dict[int, list[Any]] = {}
+        for event in events:
+            by_partition.setdefault(event.message.partition, []).append(event)
+        for partition, group in by_partition.items():
+            focus(group[-1])
+            self._fold_partition(partition, group)
+
+    def _fold_partition(self, partition: int, events: list[Any]) -> None:
+        records: dict[str, list[tuple[Position, Attempt]]] = {}
+        for event in events:
+            try:
+                att = codec.decode(Attempt, event.value)
+            except DecodeError as exc:  # never crash-loop on one record (Q2)
+                log.error("attempt record skipped by analytics: %s", exc)
+                continue
+            records.setdefault(att.subscription_id, []).append(
+                ((partition, event.message.offset), att)
+            )
+        for sub_id, mine in records.items():
+            if partition_of(sub_id, self.partitions) != partition:
+                log.error(
+                    "attempts of a subscription found outside its partition are not counted",
+                    extra={"subscription_id": sub_id, "partition": partition},
+                )
+                continue
+            try:
+                self._fold_subscription(sub_id, mine)
+            except Exception:  # one subscription's bad state must not stop the others
+                log.exception("attempts not counted", extra={"subscription_id": sub_id})
+
+    def _fold_subscription(self, sub_id: str, records: list[tuple[Position, Attempt]]) -> None:
+        for key in fold_into(self.index, self.windows, sub_id, records):
+            log.error(
+                "unreadable analytics record started afresh",
+                extra={"subscription_id": sub_id, "key": key.decode(errors="replace")},
+            )
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def _serving(self) -> bool:
+        return not self.app.rebalancing and not self.app.in_recovery
+
+    def held(self) -> set[int]:
+        """The partitions whose analytics this worker holds and may answer for, now."""
+        if not self._serving():
+            return set()
+        topic = self.index.changelog_topic.get_topic_name()
+        return {tp.partition for tp in self.app.assignor.assigned_actives() if tp.topic == topic}
+
+    def read_local(
+        self, subscription_ids: Iterable[str], since: int
+    ) -> dict[str, SubscriptionData]:
+        """The windows starting at or after ``since`` of subscriptions this worker holds;
+        `UnavailableError` if it does not hold one of them."""
+        ids = list(subscription_ids)
+        held = self.held()
+        if any(partition_of(sub_id, self.partitions) not in held for sub_id in ids):
+            raise _moving("this worker does not hold these subscriptions now")
+        found: dict[str, SubscriptionData] = {}
+        for sub_id in ids:
+            data = read_stored(self.index, self.windows, sub_id, since)
+            if data is not None:
+                found[sub_id] = data
+        return found
+
+    def owners(self, subscription_ids: Iterable[str]) -> dict[str | None, list[str]]:
+        """Subscription ids by the web address of their owner; None is this worker."""
+        held = self.held()
+        topic = self.index.changelog_topic.get_topic_name()
+        by_partition: dict[int, str] = {}
+        for url, assigned in self.app.router.table_metadata(INDEX_TABLE).items():
+            for partition in assigned.get(topic, ()):
+                by_partition[int(partition)] = str(url)
+        me = _ident(self.app.conf.canonical_url)
+        grouped: dict[str | None, list[str]] = {}
+        for sub_id in subscription_ids:
+            partition = partition_of(sub_id, self.partitions)
+            owner = None if partition in held else by_partition.get(partition)
+            if owner is not None and _ident(owner) == me:
+                raise _moving("this worker is taking or giving up these subscriptions")
+            if owner is None and partition not in held:
+                raise _moving("no worker holds these subscriptions yet")
+            grouped.setdefault(owner, []).append(sub_id)
+        return grouped
+
+    async def fetch(self, subscription_ids: list[str], since: int) -> dict[str, SubscriptionData]:
+        """Every asked subscription's data, from whichever worker owns it."""
+        grouped = self.owners(subscription_ids)
+        remote = [(owner, ids) for owner, ids in grouped.items() if owner is not None]
+        answers = await asyncio.gather(*(self._ask_peer(o, ids, since) for o, ids in remote))
+        found = self.read_local(grouped.get(None, []), since)
+        for answer in answers:
+            found.update(answer)
+        return found
+
+    async def _ask_peer(
+        self, owner: str, ids: list[str], since: int
+    ) -> dict[str, SubscriptionData]:
+        token = self.settings.admin_token
+        if token is None:
+            raise UnavailableError(
+                "this worker does not hold these analytics and cannot ask the one that does: "
+                "set HOOKSTREAM_ADMIN_TOKEN on every worker"
+            )
+        headers = {"Authorization": f"Bearer {token.get_secret_value()}"}
+        params = {"ids": ",".join(ids), "since": str(since)}
+        try:
+            async with httpx.AsyncClient(timeout=PEER_TIMEOUT_S) as client:
+                response = await client.get(f"{owner}{PEER_PATH}", params=params, headers=headers)
+        except httpx.HTTPError as exc:
+            raise UnavailableError(f"the worker at {owner} did not answer: {exc}") from exc
+        if response.status_code == 503:
+            raise _moving(f"the worker at {owner} does not hold them now")
+        if response.status_code != 200:
+            raise UnavailableError(f"the worker at {owner} answered {response.status_code}")
+        try:
+            body = response.json()
+            return {k: SubscriptionData.from_dict(v) for k, v in body["subscriptions"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError, DecodeError) as exc:
+            raise UnavailableError(f"the worker at {owner} sent an unreadable answer") from exc
+
+
+def _peer_view(store: AnalyticsStore) -> type[View]:
+    class PeerAnalytics(View):
+        """Another worker asks for the analytics this worker holds (operator key only)."""
+
+        async def get(self, request: Any) -> Any:
+            token = store.settings.admin_token
+            try:
+                principal = authenticate(
+                    request.headers.get("Authorization"),
+                    None if token is None else token.get_secret_value(),
+                    None,
+                )
+                if not principal.is_operator:
+                    raise UnauthorizedError("the operator key is required", invalid=True)
+                ids = [i for i in request.query.get("ids", "").split(",") if i]
+                since = int(request.query.get("since", "0"))
+                found = store.read_local(ids, since)
+            except UnauthorizedError as exc:
+                return self.json({"error": exc.code, "message": exc.message}, status=401)
+            except UnavailableError as exc:
+                body = {"error": exc.code, "message": exc.message}
+                return self.json(body, status=503, headers=exc.headers)
+            except ValueError:
+                return self.json({"error": "bad_request", "message": "bad since"}, status=400)
+            return self.json({"subscriptions": {k: v.to_dict() for k, v in found.items()}})
+
+    return PeerAnalytics
+
+
+def analytics_component(app: Any, settings: Settings) -> None:
+    """Register the analytics agent, its tables and the peer view on the worker's app."""
+    store = AnalyticsStore(app, settings)
+    app.hookstream_analytics = store
+    app.page(PEER_PATH, name="hookstream-analytics-peer")(_peer_view(store))
+
+    @app.agent(store.topic, name="hookstream-analytics", concurrency=1)  # type: ignore[untyped-decorator]
+    async def analytics_agent(stream: Any) -> None:
+        # Faust acknowledges a batch after the body, whatever happens inside it (Q2): failures
+        # are handled per record and per subscription in `apply_batch`.
+        async for events in stream.take_events(BATCH_MAX, BATCH_WITHIN_S):
+            # faust has no public way to pick the partition of a table write in a batch
+            store.apply_batch(events, stream._set_current_event)
