@@ -126,6 +126,10 @@ class Dispatcher:
         self._lanes = [settings.topic("routed"), settings.topic("backfill")] + [t for _, t in tiers]
         self._tracker = OffsetTracker()
         self._recent = RecentSuccesses(settings.dedup_window)
+        # deliveries handed to flow control and not settled yet: a copy of one of them (the
+        # router's replay lands right behind the original) is not sent alongside it
+        self._pending_at: dict[TP, dict[int, str]] = {}
+        self._pending: dict[str, int] = {}
         self._committed_count = 0  # settled_count as of the last successful commit
         self._lock = threading.Lock()  # tracker access from rebalance callbacks
         self._flow = FlowControl(
@@ -201,6 +205,8 @@ class Dispatcher:
     def _cancel_timers(self, tps: list[TP]) -> None:
         self._flow.forget(set(tps))
         for tp in tps:
+            for delivery_id in self._pending_at.pop(tp, {}).values():
+                self._unpend(delivery_id)
             for handle in self._timers.pop(tp, {}).values():
                 handle.cancel()
             self._paused.discard(tp)
@@ -247,9 +253,11 @@ class Dispatcher:
         """A delivery is ready: park it, or hand it to flow control to be attempted."""
         if tp not in self._assigned:
             return  # revoked while waiting: the new owner has it
-        if delivery.lane in DEDUPED_LANES and self._recent.seen(
-            delivery.delivery_id, self._clock()
+        delivery_id = delivery.delivery_id
+        if delivery.lane in DEDUPED_LANES and (
+            delivery_id in self._pending or self._recent.seen(delivery_id, self._clock())
         ):
+            # delivered already, or under way here: its first copy settles the pair (Q1)
             metrics.record_duplicate_suppressed(delivery.lane.value)
             self._settled(tp, offset)
             return
@@ -259,9 +267,16 @@ class Dispatcher:
         elif sub.status is not SubscriptionStatus.ACTIVE and delivery.lane in PARKED_LANES:
             self._park(delivery, sub.status.value)  # H4: recovered on re-enable (R2)
         else:
+            self._pending_at.setdefault(tp, {})[offset] = delivery_id
+            self._pending[delivery_id] = self._pending.get(delivery_id, 0) + 1
             self._flow.submit(tp, offset, delivery, sub)
             return
         self._settled(tp, offset)
+
+    def _unpend(self, delivery_id: str) -> None:
+        left = self._pending.pop(delivery_id, 1) - 1
+        if left > 0:
+            self._pending[delivery_id] = left
 
     def breaker_state(self, url: str) -> str:
         """The state of this worker's breaker for ``url``'s origin (S4)."""
@@ -374,6 +389,11 @@ class Dispatcher:
         with self._lock:
             self._tracker.settled(tp, offset)
         self.settled_count += 1
+        pending = self._pending_at.get(tp)
+        if pending is not None:
+            delivery_id = pending.pop(offset, None)
+            if delivery_id is not None:
+                self._unpend(delivery_id)
 
     def _dead_letter_raw(self, msg: Message, exc: DecodeError) -> None:
         key = (msg.key() or b"invalid").decode("utf-8", errors="replace")

@@ -19,6 +19,7 @@ from streams.adapters import codec
 from streams.adapters.kafka_clients import make_producer
 from streams.adapters.topic_reader import scan
 from streams.agents.pipeline import Pipeline
+from streams.domain.idempotency import delivery_id
 from streams.domain.models import Delivery, Lane
 from streams.settings import Settings
 from tests.integration.pipeline_harness import PipelineHarness, make_event
@@ -73,3 +74,27 @@ async def test_q1_copies_of_delivered_deliveries_are_not_sent_again(
     assert len(got) == 21, "each delivery went out once, plus the one replay"
     assert len(set(got)) == 20
     assert got[-1] == replayed.delivery_id
+
+
+async def test_q1_a_copy_right_behind_its_original_is_not_sent_alongside_it(
+    make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
+) -> None:
+    # The router's replay after a crash lands right behind the originals: both copies are
+    # taken in one batch, while the first is still on the wire (the endpoint takes 300 ms).
+    receiver = receiver_factory()
+    url = receiver.route("/slow", Respond(200, delay_s=0.3))
+    settings = make_settings()
+    async with PipelineHarness(settings) as h:
+        sub = await h.subscribe(url, ["order.*"])
+        records, ids = [], []
+        for n in range(10):
+            event = make_event("acme", "order.created", n)
+            delivery = Delivery(delivery_id(event.id, sub.id), sub.id, "acme", event)
+            value = codec.encode(delivery)
+            records += [(sub.id.encode(), value), (sub.id.encode(), value)]
+            ids.append(delivery.delivery_id)
+        await asyncio.to_thread(_produce, settings, records)
+        await h.wait_for(lambda: h.pipeline.dispatcher.settled_count >= 20, timeout_s=30)
+        await asyncio.sleep(1.0)
+        got = [r.headers["webhook-id"] for r in receiver.requests]
+    assert sorted(got) == sorted(ids), "each delivery went out once"
