@@ -33,13 +33,15 @@ the Faust assignor names (``GET /internal/analytics`` with the operator key), an
 checks the same before it answers. A partition that is moving answers 503 (try again) on both
 sides, so an old owner's stale copy is never served and no subscription is counted by two
 workers. A subscription's partition is the Kafka default partitioner's murmur2 of its raw id,
-as every hookstream producer uses.
+as every hookstream producer uses. Peers are reached at the URL each worker announces to the
+assignor (`advertise`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
@@ -69,6 +71,8 @@ BATCH_WITHIN_S: Final = 1.0
 #: Seconds a client should wait before asking again while partitions move.
 RETRY_AFTER_S: Final = "1"
 RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
+#: Bind addresses that are no address to reach a worker at.
+_ANY_HOST: Final = frozenset({"", "0.0.0.0", "::"})  # noqa: S104  # compared with, never bound
 #: Tables of bytes keys and values (faust then stores them as they are).
 RAW_TABLE = {"key_type": bytes, "value_type": bytes}
 
@@ -269,8 +273,19 @@ def _peer_view(store: AnalyticsStore) -> type[View]:
     return PeerAnalytics
 
 
+def advertise(app: Any, settings: Settings) -> None:
+    """Make the worker's canonical URL, which the Faust assignor hands to its peers as the way
+    to reach it, an address they can reach: a worker bound to every interface (``0.0.0.0``,
+    as in the Helm chart and docker compose) advertises the address its host name resolves to
+    (the pod's or container's own)."""
+    if settings.web_host in _ANY_HOST:
+        host = socket.gethostbyname(socket.gethostname())
+        app.conf.canonical_url = f"http://{host}:{settings.web_port}"
+
+
 def analytics_component(app: Any, settings: Settings) -> None:
     """Register the analytics agent, its tables and the peer view on the worker's app."""
+    advertise(app, settings)
     store = AnalyticsStore(app, settings)
     app.hookstream_analytics = store
     app.page(PEER_PATH, name="hookstream-analytics-peer")(_peer_view(store))

@@ -132,6 +132,19 @@ def installation(
         yield env
 
 
+@pytest.fixture
+def chart_like_installation(
+    make_settings: Callable[..., Settings],
+    tmp_path: Path,
+    receiver_factory: Callable[..., Receiver],
+) -> Iterator[Installation]:
+    """Workers bound to every interface, as the Helm chart and docker compose run them: each
+    must advertise an address its peers can reach."""
+    settings = make_settings(**SETTINGS, web_host="0.0.0.0")
+    with Installation(settings, tmp_path, receiver_factory) as env:
+        yield env
+
+
 def _get(worker: WorkerProcess, path: str, key: str = ADMIN, **params: str) -> Any:
     return worker.get(path, params=params, headers={"Authorization": f"Bearer {key}"})
 
@@ -379,12 +392,12 @@ def _read_again(settings: Settings) -> bool:
 
 @pytest.mark.timeout(420)  # three worker starts
 def test_o2_s2_the_same_stats_from_either_of_two_workers_after_a_rebalance_and_a_full_reread(
-    installation: Installation,
+    chart_like_installation: Installation,
 ) -> None:
     """Issue #6 with O2: a subscription's analytics live with its partition's owner; either of
     two workers answers the same, by asking the owner. Issue #8's retry backlog stays exact
     when a worker restores the tables and reads the whole ledger again."""
-    env = installation
+    env = chart_like_installation
     first = env.worker("w1")
     first.wait_ready(120)
     env.subscribe(ROUTES_TWO_WORKERS)
