@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from streams.domain.breaker import origin_of
 from streams.domain.fairness import FairOrder
 from streams.domain.models import Delivery, Subscription
-from streams.domain.ratelimit import TokenBucket, queue_cap
+from streams.domain.ratelimit import TokenBucket, deferred_due, queue_cap
 
 TP = tuple[str, int]
 #: A saturated origin whose attempts take this long on average is slow: its full queue is
@@ -93,6 +93,7 @@ class _Flow:
     in_flight: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(10000))
     max_in_flight: int | None = None
     paused_until: float = 0.0
+    deferred_until: float = 0.0  # the latest due time handed to a throttled, deferred delivery
     pump: asyncio.Task[None] | None = None
     cap: int = 256
 
@@ -151,14 +152,22 @@ class FlowControl:
     def submit(self, tp: TP, offset: int, delivery: Delivery, sub: Subscription) -> None:
         """Take one delivery in; it is attempted when its limits allow, or deferred."""
         flow = self._flow(sub)
-        if len(flow.queue) >= flow.cap and self._held_back(sub, flow):
-            # throttled: come back when the queue ahead has drained at the subscription's rate;
+        now = self._clock()
+        # a new delivery of a throttled subscription queues behind those it already deferred
+        # (they come back to their turns); one returning from a tier has waited its turn
+        behind = sub.rate_limit is not None and not delivery.due_at and flow.deferred_until > now
+        if (len(flow.queue) >= flow.cap or behind) and self._held_back(sub, flow):
+            # throttled: come back in line, once the queue ahead and every delivery deferred
+            # before has had its turn at the subscription's rate;
             # unthrottled but its origin is slow: look again in a second, and hand back what
             # queued beyond the origin's own slots, so a hanging host holds no intake buffer
             ahead = len(flow.queue) / sub.rate_limit if sub.rate_limit else 1.0
-            wait_s = max(1.0, ahead, flow.paused_until - self._clock())
-            due_ms = int((self._clock() + wait_s) * 1000)
-            if sub.rate_limit is None and sub.max_in_flight is None:
+            wait_s = max(1.0, ahead, flow.paused_until - now)
+            due_ms = int((now + wait_s) * 1000)
+            if sub.rate_limit is not None:
+                flow.deferred_until = deferred_due(now, wait_s, sub.rate_limit, flow.deferred_until)
+                due_ms = int(flow.deferred_until * 1000)
+            elif sub.max_in_flight is None:
                 shed = [flow.queue.pop() for _ in range(len(flow.queue) - self._origin_cap)]
                 self.queued -= len(shed)
                 for held_tp, held_offset, held in reversed(shed):

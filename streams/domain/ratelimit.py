@@ -4,7 +4,8 @@ A `TokenBucket` holds up to ``burst`` tokens (default 1: strict pacing, so no se
 more than the rate plus one) and refills at ``rate`` per second; each attempt takes one. `wait`
 says how long until the next attempt may start, so a throttled delivery is *delayed*, never
 failed. `pause` honours a receiver's Retry-After for the subscription's next deliveries, not
-only the one that got it (F2).
+only the one that got it (F2). `deferred_due` says when a throttled delivery that does not fit
+in the worker's memory should come back.
 """
 
 from __future__ import annotations
@@ -63,3 +64,16 @@ def queue_cap(
     if rate is None:
         return ceiling
     return max(floor, min(ceiling, math.ceil(rate * seconds)))
+
+
+def deferred_due(now: float, wait_s: float, rate: float, line_end: float) -> float:
+    """When a throttled delivery handed back to a retry tier should come back (F1).
+
+    Deferred deliveries form a line, one turn (``1 / rate``) apart, behind ``now + wait_s``
+    (the queue held in memory) and behind ``line_end``, the due time of the delivery deferred
+    before it. Each then comes back when the subscription has a turn for it. Handing all of
+    them the same due time instead brings them back at once, when only a queue's worth fits:
+    the rest are deferred again, every cycle, so a backlog of N costs about N/2 Kafka round
+    trips a second inside the worker while the subscription itself gets less than its rate.
+    """
+    return max(now + wait_s, line_end + 1.0 / rate)
