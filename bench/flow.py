@@ -335,6 +335,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=3.0, help="f3/f7: seconds not counted")
     parser.add_argument("--stall", type=float, default=30.0, help="give up waiting after this")
     parser.add_argument("--concurrency", type=int, default=256, help="worker dispatch concurrency")
+    parser.add_argument("--batch-size", type=int, default=500, help="worker dispatch batch size")
     parser.add_argument(
         "--quiet-load", type=float, help="before each run, wait until the 1-minute load is <= this"
     )

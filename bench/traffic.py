@@ -60,6 +60,7 @@ def pipeline(
             subscriptions=1,  # the rig's own: its probe events say when the worker is ready
             extra_subscriptions=subs(receiver),
             concurrency=args.concurrency,
+            batch_size=args.batch_size,
             worker_env=dict(worker_env or {}),
         )
         with Rig(config, receiver, work) as rig:
