@@ -342,7 +342,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quiet-wait", type=float, default=600.0, help="but at most this long")
     f3 = parser.add_argument_group("f3")
     f3.add_argument("--endpoints", type=int, default=100, help="healthy endpoints")
-    f3.add_argument("--rate", type=float, default=250.0, help="deliveries/s to them, in total")
+    f3.add_argument("--rate", type=float, default=200.0, help="deliveries/s to them, in total")
     f3.add_argument("--bad-rate", type=float, help="deliveries/s to the dead endpoint "
                     "(default: one healthy endpoint's share)")  # fmt: skip
     f3.add_argument("--bad-timeout", type=float, default=1.0, help="its subscription's timeout")
