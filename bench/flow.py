@@ -45,6 +45,7 @@ from bench.traffic import (
     publish,
     say,
     scrape,
+    wait_quiet,
 )
 
 SCENARIOS = ("f3", "f7", "f1", "f5")
@@ -68,6 +69,7 @@ def _pairs(
     """``args.runs`` pairs of (baseline, measured) runs; each pair's ratios of ``ratios``."""
     pairs = []
     for i in range(args.runs):
+        wait_quiet(args.quiet_load, args.quiet_wait)  # before the pair: both see the same box
         base, measured = run(False), run(True)
         pair: dict[str, Any] = {"baseline": base, "measured": measured}
         for name, key in ratios.items():
@@ -225,6 +227,7 @@ def scenario_f1(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     stream = Stream("limited", TENANT, args.offered, (("f1.limited", "sub_f1_limited"),))
     runs = []
     for i in range(args.runs):
+        wait_quiet(args.quiet_load, args.quiet_wait)
         with pipeline(args, work, subs) as rig:
             assert rig.worker is not None
             load = load_1m()

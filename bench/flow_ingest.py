@@ -23,7 +23,7 @@ import aiohttp
 
 from bench.report import fmt, median_of, percentile
 from bench.rig import Rig
-from bench.traffic import load_1m, pipeline, say
+from bench.traffic import load_1m, pipeline, say, wait_quiet
 from streams.services.keys import create_key
 
 #: open requests one producer may have; past it a due request is counted as not sent
@@ -167,6 +167,7 @@ def scenario_f5(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
     runs = []
     for i in range(args.runs):
+        wait_quiet(args.quiet_load, args.quiet_wait)
         with pipeline(args, work, lambda receiver: (), env) as rig:
             run = f5_run(args, rig)
         runs.append(run)

@@ -47,13 +47,7 @@ def pipeline(
     subs: Callable[[Nginx], Subs],
     worker_env: Mapping[str, str] | None = None,
 ) -> Iterator[Rig]:
-    """A fresh nginx (paths logged) and a rig with the scenario's subscriptions.
-
-    With ``args.quiet_load``, first waits (at most ``args.quiet_wait`` seconds) until the
-    1-minute load average is at or below it: the machine is shared, and a run that starts in
-    the middle of someone else's burst measures the burst.
-    """
-    wait_quiet(args.quiet_load, args.quiet_wait)
+    """A fresh nginx (paths logged) and a rig with the scenario's subscriptions."""
     with nginx_receiver(log_path=True) as receiver:
         config = RigConfig(
             bootstrap=args.bootstrap,
@@ -68,6 +62,11 @@ def pipeline(
 
 
 def wait_quiet(threshold: float | None, max_wait_s: float) -> None:
+    """Wait (at most ``max_wait_s``) until the 1-minute load average is ``threshold`` or less.
+
+    The machine is shared: a run that starts in the middle of someone else's burst measures
+    the burst. Called before each run, or before each pair of runs that are compared.
+    """
     if threshold is None or os.getloadavg()[0] <= threshold:
         return
     say(f"  waiting for the 1-minute load ({os.getloadavg()[0]:.1f}) to fall to {threshold:g}")
