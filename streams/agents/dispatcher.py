@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from streams import metrics
 from streams.adapters import codec
@@ -43,7 +43,7 @@ from streams.domain.breaker import (
     origin_of,
 )
 from streams.domain.classify import parse_retry_after
-from streams.domain.dedup import RecentSuccesses
+from streams.domain.dedup import RESET_MARK, RecentSuccesses
 from streams.domain.models import (
     Attempt,
     DeadLetter,
@@ -150,10 +150,23 @@ class Dispatcher:
 
     # --- rebalance ------------------------------------------------------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        routed = self._lanes[0]
-        self._recall_successes(sorted({p.partition for p in partitions if p.topic == routed}))
+        self._recall_successes(self._recallable(consumer, partitions))
         with self._lock:
             self._assigned.update((p.topic, p.partition) for p in partitions)
+
+    def _recallable(self, consumer: Consumer, partitions: list[TopicPartition]) -> list[int]:
+        """The assigned partition numbers whose recent successes should be read back: all but
+        those an operator rewound (`RESET_MARK` on any lane's committed offset, R4)."""
+        numbers = {p.partition for p in partitions}
+        try:
+            committed = consumer.committed(partitions, timeout=10)
+        except KafkaException as exc:
+            log.warning("committed offsets not read: %s", exc)
+            return sorted(numbers)
+        rewound = {tp.partition for tp in committed if tp.metadata == RESET_MARK}
+        if rewound:
+            log.info("partitions %s were rewound by an operator: sent again", sorted(rewound))
+        return sorted(numbers - rewound)
 
     def _recall_successes(self, partitions: list[int]) -> None:
         """Read the ledger's recent successes of newly assigned partitions (the attempts topic

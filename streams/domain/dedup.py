@@ -8,7 +8,8 @@ again; a router that crashed before committing puts a second copy of some delive
 `RecentSuccesses` holds the ids of successful deliveries for ``window_s`` seconds: those the
 worker settled itself and those read back from the tail of the ledger when it was assigned
 partitions. The dispatcher settles a live delivery or a retry whose id is here without sending
-it again. Replays, tests and probes are always sent: a person asked for them.
+it again. Replays, tests and probes are always sent: a person asked for them, and so is what an
+offset reset rewinds (`RESET_MARK`).
 
 It is a bound on duplicates, not a guarantee of exactly-once: a success whose ledger record did
 not reach Kafka before a crash (kill -9 with records still in the producer's queue) is not
@@ -19,6 +20,13 @@ on ``webhook-id`` as the Standard Webhooks spec says.
 from __future__ import annotations
 
 from collections import deque
+from typing import Final
+
+#: Commit metadata of offsets moved back by `hookstream replay --reset-offsets` (R4). An
+#: operator who rewinds a group asks for those deliveries again: a dispatcher assigned a
+#: partition whose committed offset carries it does not read that partition's recent successes
+#: back, so the rewound deliveries go out again. Its first commit there clears the mark.
+RESET_MARK: Final = "hookstream:reset-offsets"
 
 
 class RecentSuccesses:

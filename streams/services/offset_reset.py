@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import make_consumer, watermarks
+from streams.domain.dedup import RESET_MARK
 from streams.errors import ConflictError, HookstreamError, ValidationError
 from streams.settings import Settings
 
@@ -109,7 +110,8 @@ def reset_offsets(
     moves = plan_reset(settings, group, to_ms)
     if dry_run or not moves:
         return moves
-    offsets = [TopicPartition(m.topic, m.partition, m.target) for m in moves]
+    # the mark tells the dispatcher this replay is wanted: it sends what succeeded before (Q1)
+    offsets = [TopicPartition(m.topic, m.partition, m.target, metadata=RESET_MARK) for m in moves]
     request = [ConsumerGroupTopicPartitions(group_id, offsets)]
     admin = _admin(settings)
     try:
