@@ -66,11 +66,18 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def _pairs(
     args: argparse.Namespace, run: Callable[[bool], dict[str, Any]], ratios: dict[str, str]
 ) -> list[dict[str, Any]]:
-    """``args.runs`` pairs of (baseline, measured) runs; each pair's ratios of ``ratios``."""
+    """``args.runs`` pairs of (baseline, measured) runs; each pair's ratios of ``ratios``.
+
+    Every other pair runs the measured one first, so that whatever favours the first (or the
+    second) run of a pair does not lean every ratio the same way.
+    """
     pairs = []
     for i in range(args.runs):
         wait_quiet(args.quiet_load, args.quiet_wait)  # before the pair: both see the same box
-        base, measured = run(False), run(True)
+        if i % 2:
+            measured, base = run(True), run(False)
+        else:
+            base, measured = run(False), run(True)
         pair: dict[str, Any] = {"baseline": base, "measured": measured}
         for name, key in ratios.items():
             pair[name] = _ratio(measured.get(key), base.get(key))
@@ -314,6 +321,12 @@ def row_figures(scenario: str, result: dict[str, Any]) -> tuple[str, str]:
     return _f5_row(result)
 
 
+def _run_loads(runs: list[dict[str, Any]]) -> str:
+    """The 1-minute load when each run (each pair's measured run) started."""
+    loads = [run.get("measured", run).get("load_1m") for run in runs]
+    return "/".join(fmt(load, "", 1) for load in loads)
+
+
 def _f5_row(result: dict[str, Any]) -> tuple[str, str]:
     med, config = result["medians"], result["config"]
     limited = sum(r["others_429"] for r in result["runs"])
@@ -388,6 +401,7 @@ def run_scenario(scenario: str, args: argparse.Namespace) -> dict[str, Any]:
         **body,
     }
     figures, verdict = row_figures(scenario, result)
+    figures += f"; runs started at load {_run_loads(result['runs'])}"
     result["verdict"] = verdict.strip("*")
     path = write_json(result, args.results_dir)
     say(f"results: {path}")
