@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.flow_ingest import scenario_f5
+from bench.flow_rows import row_figures, run_loads
 from bench.nginx import Nginx
 from bench.report import DOCS, RESULTS_DIR, append_row, fmt, machine, median_of, write_json
 from bench.rig import TENANT
@@ -45,6 +46,7 @@ from bench.traffic import (
     publish,
     say,
     scrape,
+    stages,
     wait_quiet,
 )
 
@@ -193,21 +195,24 @@ def scenario_f7(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 "delivered": len(latencies_ms(measured, received)),
                 **latency_figures(latencies_ms(measured, received)),
                 "worker_cpu_percent": rig.worker.cpu_percent(start, end),
+                "stages": stages(rig, measured),
             }
             if with_big:
                 big_sent = sent.measured("big")
+                rig.wait_delivered(set(big_sent), stall_s=5.0)
                 big_lat = latencies_ms(big_sent, received)
                 inside = sum(1 for key in big_sent if start <= received.get(key, 0.0) <= end)
                 result["big"] = {
                     "rate_per_s": big_rate,
                     "delivered_in_window_per_s": inside / (end - start),
                     **latency_figures(big_lat),
+                    "stages": stages(rig, big_sent),
                 }
         say(
             f"  small tenant {'with' if with_big else 'solo, without'} the big one: p50 "
             f"{fmt(result['p50_ms'], ' ms', 1)}, p99 {fmt(result['p99_ms'], ' ms', 1)} "
-            f"({result['delivered']}/{result['measured']}), worker CPU "
-            f"{fmt(result['worker_cpu_percent'], '%')}"
+            f"({result['delivered']}/{result['measured']}; {_stages_text(result['stages'])}), "
+            f"worker CPU {fmt(result['worker_cpu_percent'], '%')}"
             + (f"; big: {_big_text(result['big'])}" if with_big else "")
         )
         return result
@@ -219,7 +224,15 @@ def scenario_f7(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 def _big_text(big: dict[str, Any]) -> str:
     return (
         f"{fmt(big['delivered_in_window_per_s'])}/s of {big['rate_per_s']:g}/s, "
-        f"p99 {fmt(big['p99_ms'], ' ms', 1)}"
+        f"p99 {fmt(big['p99_ms'], ' ms', 1)} ({_stages_text(big['stages'])})"
+    )
+
+
+def _stages_text(split: dict[str, float]) -> str:
+    return (
+        "p99 route/dispatch/http "
+        + "/".join(fmt(split[f"{name}_p99_ms"], "", 0) for name in ("route", "dispatch", "http"))
+        + " ms"
     )
 
 
@@ -274,70 +287,6 @@ SCENARIO_FUNCS: dict[str, Callable[[argparse.Namespace, Path], dict[str, Any]]] 
     "f1": scenario_f1,
     "f5": scenario_f5,
 }
-
-
-# --- docs row -------------------------------------------------------------------------------
-def _met(ok: bool | None) -> str:
-    return "n/a" if ok is None else ("**met**" if ok else "**not met**")
-
-
-def row_figures(scenario: str, result: dict[str, Any]) -> tuple[str, str]:
-    """The figures and the verdict of one result, for the docs table."""
-    med = result["medians"]
-    config = result["config"]
-    if scenario == "f3":
-        through, p99 = med["throughput_ratio"], med["p99_ratio"]
-        pairs = "/".join(
-            f"{p['throughput_ratio']:.2f}:{p['p99_ratio']:.2f}" for p in result["runs"]
-        )
-        ok = None if through is None or p99 is None else through >= 0.9 and p99 <= 1.25
-        return (
-            f"**throughput ratio {fmt(through, '', 2)}, p99 ratio {fmt(p99, '', 2)}** (pairs "
-            f"{pairs}); healthy p99 {fmt(med['measured_p99_ms'], ' ms', 1)} with vs "
-            f"{fmt(med['baseline_p99_ms'], ' ms', 1)} without; {config['rate']:g} deliveries/s "
-            f"to {config['endpoints']} endpoints, dead endpoint timeout "
-            f"{config['bad_timeout']:g} s",
-            _met(ok),
-        )
-    if scenario == "f7":
-        ratio = med["p99_ratio"]
-        pairs = "/".join(fmt(p["p99_ratio"], "", 2) for p in result["runs"])
-        small, big = config["small_rate"], config["small_rate"] * config["volume_ratio"]
-        return (
-            f"**small tenant p99 ratio {fmt(ratio, '', 2)}** (pairs {pairs}); p99 "
-            f"{fmt(med['measured_p99_ms'], ' ms', 1)} with vs "
-            f"{fmt(med['baseline_p99_ms'], ' ms', 1)} solo; {small:g} vs {big:g} events/s",
-            _met(None if ratio is None else ratio <= 2.0),
-        )
-    if scenario == "f1":
-        top = med["max_sliding_1s"]
-        runs = "/".join(str(r["max_sliding_1s"]) for r in result["runs"])
-        return (
-            f"**max {fmt(top)} deliveries in any 1 s** (sliding windows; runs {runs}; "
-            f"clock seconds {fmt(med['max_fixed_1s'])}); mean {fmt(med['mean_per_s'], '/s', 1)}; "
-            f"limit {config['limit']:g}/s, offered {config['offered']:g}/s",
-            _met(None if top is None else top <= config["limit"] * 1.05),
-        )
-    return _f5_row(result)
-
-
-def _run_loads(runs: list[dict[str, Any]]) -> str:
-    """The 1-minute load when each run (each pair's measured run) started."""
-    loads = [run.get("measured", run).get("load_1m") for run in runs]
-    return "/".join(fmt(load, "", 1) for load in loads)
-
-
-def _f5_row(result: dict[str, Any]) -> tuple[str, str]:
-    med, config = result["medians"], result["config"]
-    limited = sum(r["others_429"] for r in result["runs"])
-    return (
-        f"**others: {limited} 429s**, accepted {fmt(med['others_accepted_ratio'], '', 3)}x "
-        f"offered; noisy: {fmt(med['noisy_429'])} 429s of {fmt(med['noisy_sent'])} "
-        f"({fmt(med['noisy_accepted_per_s'], '/s', 1)} accepted); limit "
-        f"{config['ingest_limit']:g}/s, noisy {config['ingest_limit'] * config['noisy_factor']:g}/s"
-        f", {config['producers']} others at {config['others_rate']:g}/s",
-        _met(limited == 0 and (med["others_accepted_ratio"] or 0) >= 0.99),
-    )
 
 
 # --- command line ---------------------------------------------------------------------------
@@ -401,7 +350,7 @@ def run_scenario(scenario: str, args: argparse.Namespace) -> dict[str, Any]:
         **body,
     }
     figures, verdict = row_figures(scenario, result)
-    figures += f"; runs started at load {_run_loads(result['runs'])}"
+    figures += f"; runs started at load {run_loads(result['runs'])}"
     result["verdict"] = verdict.strip("*")
     path = write_json(result, args.results_dir)
     say(f"results: {path}")

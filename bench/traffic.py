@@ -2,7 +2,9 @@
 
 `pipeline` starts what one run needs: a fresh nginx that logs each request's path (every
 subscription of a scenario has a URL path of its own) and a `Rig` with the scenario's
-subscriptions and worker settings.
+subscriptions and worker settings. `stages` splits deliveries' latency at the points the
+pipeline records: the router's produce time of the `routed` record and the attempt's start in
+the ledger.
 
 A `Stream` is one producer's events: a tenant, a rate (events/s) and the (event type,
 subscription) pairs its events go to, taken in turn, so one stream can spread its events over
@@ -24,11 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Consumer, TopicPartition
+
 from bench.nginx import Nginx, nginx_receiver
 from bench.report import percentile
 from bench.rig import Rig, RigConfig, produce_event
+from streams.adapters import codec
 from streams.domain.idempotency import delivery_id
-from streams.domain.models import Event
+from streams.domain.models import Attempt, Delivery, Event
 
 TICK_S = 0.01
 _PAD = "x" * 880  # about 1 KB envelopes, like the other benchmarks
@@ -202,3 +207,61 @@ def max_in_fixed_windows(times: Iterable[float], window_s: float = 1.0) -> int:
         slot = int(at // window_s)
         counts[slot] = counts.get(slot, 0) + 1
     return max(counts.values(), default=0)
+
+
+def _read_topic(rig: Rig, logical: str) -> list[bytes]:
+    """Every value of one of the run's topics, from the start (a throwaway reader)."""
+    topic = rig.settings.topic(logical)
+    reader = Consumer(
+        {
+            "bootstrap.servers": rig.settings.kafka_bootstrap,
+            "group.id": f"{rig.settings.group_id}-bench-reader-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        partitions = reader.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {
+            p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in partitions
+        }
+        reader.assign([TopicPartition(topic, p, 0) for p, end in ends.items() if end > 0])
+        left = sum(ends.values())
+        values: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while left > 0 and time.monotonic() < deadline:
+            for msg in reader.consume(1000, 1.0):
+                if msg.error() is None:
+                    left -= 1
+                    values.append(msg.value() or b"")
+        return values
+    finally:
+        reader.close()
+
+
+def stages(rig: Rig, sent: dict[str, float]) -> dict[str, float]:
+    """Where the deliveries in ``sent`` spent their time, p50/p99 in ms of each step:
+    publish -> routed (the router produced the delivery), routed -> the attempt started (the
+    dispatcher's intake and flow control), the attempt started -> nginx logged it."""
+    routed: dict[str, float] = {}
+    for value in _read_topic(rig, "routed"):
+        delivery = codec.decode(Delivery, value)
+        if delivery.delivery_id in sent:
+            routed[delivery.delivery_id] = delivery.routed_at / 1000
+    started: dict[str, float] = {}
+    for value in _read_topic(rig, "attempts"):
+        attempt = codec.decode(Attempt, value)
+        if attempt.delivery_id in sent:
+            started.setdefault(attempt.delivery_id, attempt.started_at / 1000)
+    received = rig.receiver.log.received
+    steps: dict[str, list[float]] = {"route": [], "dispatch": [], "http": []}
+    for key, at in sent.items():
+        if key in routed and key in started and key in received:
+            steps["route"].append((routed[key] - at) * 1000)
+            steps["dispatch"].append((started[key] - routed[key]) * 1000)
+            steps["http"].append((received[key] - started[key]) * 1000)
+    figures: dict[str, float] = {"split": len(steps["route"])}
+    for name, values in steps.items():
+        figures[f"{name}_p50_ms"] = percentile(values, 50)
+        figures[f"{name}_p99_ms"] = percentile(values, 99)
+    return figures
