@@ -44,6 +44,28 @@ def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def fd_kinds(pid: int) -> dict[str, int]:
+    """Open descriptors by what they are: sockets (Kafka, receivers, peers), RocksDB table
+    files (``.sst``), other files (RocksDB logs and manifests, the code), and pipes and event
+    descriptors (the event loop, threads). Growth is then attributable, not just counted."""
+    kinds = {"socket": 0, "sst": 0, "file": 0, "pipe_or_event": 0}
+    base = f"/proc/{pid}/fd"
+    for name in os.listdir(base):
+        try:
+            target = os.readlink(f"{base}/{name}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:"):
+            kinds["socket"] += 1
+        elif target.endswith(".sst"):
+            kinds["sst"] += 1
+        elif target.startswith("/"):
+            kinds["file"] += 1
+        else:
+            kinds["pipe_or_event"] += 1
+    return kinds
+
+
 def disk_mib(path: Path) -> float:
     total = 0
     for root, _dirs, files in os.walk(path):
@@ -96,6 +118,7 @@ def sample(cluster: Cluster, elapsed: float) -> list[dict[str, Any]]:
                 "worker": index,
                 "rss_mib": round(rss_mib(pid), 1),
                 "fds": open_fds(pid),
+                "fd_kinds": fd_kinds(pid),
                 "disk_mib": round(disk_mib(worker.data_dir), 2),
             }
         )
@@ -139,12 +162,23 @@ def run_soak(args: argparse.Namespace) -> dict[str, Any]:
         for w in range(config.workers)
         for metric, floor in FLOORS_PER_HOUR.items()
     }
+    kinds = {
+        f"worker{w}": {
+            "start": first["fd_kinds"],
+            "end": last["fd_kinds"],
+        }
+        for w in range(config.workers)
+        for mine in [[s for s in samples if s["worker"] == w]]
+        if mine
+        for first, last in [(mine[0], mine[-1])]
+    }
     return {
         "config": {"minutes": args.minutes, "rate": args.rate, "interval_s": args.interval},
         "deliveries": publisher.deliveries,
         "unexpected_worker_exits": exits,
         "series": series,
         "levels_off": all(s["levels_off"] for s in series.values()),
+        "fd_kinds": kinds,
         "audit": {k: v for k, v in found.as_dict().items() if k != "lost_sample"},
         "samples": samples,
     }
@@ -168,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     args.report.write_text(json.dumps(report, indent=2) + "\n")
     for name, result in report["series"].items():
         print(f"{name}: {result}")
+    for name, kinds in report["fd_kinds"].items():
+        print(f"{name} fds by kind: {kinds['start']} -> {kinds['end']}")
     print(f"lost={report['audit']['lost']} levels_off={report['levels_off']} -> {args.report}")
     return 0 if report["levels_off"] and report["audit"]["passed"] else 1
 
