@@ -8,7 +8,6 @@ are suspended by writing the version the control agent writes (H3).
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -115,16 +114,20 @@ async def test_r2_backfill_is_bounded_by_suspension_and_retention_each_event_onc
     assert progress == {"job_id": progress["job_id"], "state": "finished", "done": 8, "total": 8}
 
 
+BACKFILLED = 300  # 15 s at 20/s: the live events are all published and delivered meanwhile
+
+
 async def test_f4_p5_backfill_is_paced_and_live_traffic_keeps_its_latency(
     make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
 ) -> None:
-    """A 20/s backfill of 120 events: the rate over the middle 100 arrivals stays within 10%.
+    """A 20/s backfill of 300 events: the rate over 100 arrivals stays within 10%,
+    and live deliveries of another subscription do not queue behind it.
 
     The rate is measured over 100 intervals (5 s), so one late wake-up moves it by well under
-    1%. Live latency of another subscription is compared with a baseline taken in the same test
-    just before: the bound is 2x the baseline p90 plus 100 ms. A backfill that delayed live
-    traffic would queue it behind up to 120 records (seconds); the slack absorbs the noise of
-    a shared 2-core machine, not a queue.
+    1%. Live traffic is checked by order, not by a latency threshold (latency is a benchmark
+    figure, not a test): 30 live events published at once, early in the backfill, all arrive
+    while at least 100 backfilled deliveries (5 s of it) are still to come. A backfill that
+    held live traffic up would deliver them behind its remaining records, after its last one.
     """
     receiver = receiver_factory()
     slow_url = receiver.route("/backfilled", Respond(200))
@@ -132,42 +135,29 @@ async def test_f4_p5_backfill_is_paced_and_live_traffic_keeps_its_latency(
     async with PipelineHarness(make_settings()) as h, runner(h) as running:
         target = await suspend(h, await h.subscribe(slow_url, ["invoice.*"]), _now_ms())
         await h.subscribe(live_url, ["order.*"])
-        await h.publish([make_event("acme", "invoice.paid", n) for n in range(120)])
+        await h.publish([make_event("acme", "invoice.paid", n) for n in range(BACKFILLED)])
 
-        async def live_latencies(count: int) -> list[float]:
+        async def live_arrivals(count: int) -> list[float]:
             run = f"l{time.monotonic_ns()}"
-            sent = {}
-            for n in range(count):
-                event = make_event("acme", "order.created", n, run)
-                sent[event.id] = event.published_at / 1000
-                await h.publish([event])
-                await asyncio.sleep(0.1)
+            await h.publish([make_event("acme", "order.created", n, run) for n in range(count)])
             await h.wait_for(lambda: sum(run in r.body.decode() for r in
                                          receiver.requests_to("/live")) >= count, 30)  # fmt: skip
-            return [r.at - sent[_event_id(r.body)] for r in receiver.requests_to("/live")
-                    if run in r.body.decode()]  # fmt: skip
+            return [r.at for r in receiver.requests_to("/live") if run in r.body.decode()]
 
-        baseline = await live_latencies(30)
         assert h.pipeline.transport is not None
         result = await recovery.reenable(h.settings, target.id, h.pipeline.transport, rate=20)
         assert result.ok
         await h.wait_for(lambda: len(receiver.requests_to("/backfilled")) >= 10, 30)
-        during = await live_latencies(30)
+        during = await live_arrivals(30)
         await h.wait_for(lambda: running.finished_jobs >= 1, 60)
-        await h.wait_for(lambda: len(receiver.requests_to("/backfilled")) >= 121, 30)
+        await h.wait_for(lambda: len(receiver.requests_to("/backfilled")) > BACKFILLED, 30)
     arrivals = sorted(r.at for r in receiver.requests_to("/backfilled")[1:])  # after the probe
     window = arrivals[10:111]
     rate = (len(window) - 1) / (window[-1] - window[0])
     assert 18.0 <= rate <= 22.0, f"backfill ran at {rate:.2f}/s, asked 20/s"
-    p90 = statistics.quantiles(baseline, n=10)[-1]
-    during_p90 = statistics.quantiles(during, n=10)[-1]
-    assert during_p90 <= 2 * p90 + 0.1, (p90, during_p90)
-
-
-def _event_id(body: bytes) -> str:
-    import orjson
-
-    return str(orjson.loads(body)["id"])
+    still_to_come = sum(at > max(during) for at in arrivals)
+    spans = (min(during) - arrivals[0], max(during) - arrivals[0], arrivals[-1] - arrivals[0])
+    assert len(during) == 30 and still_to_come >= 100, (still_to_come, spans)
 
 
 async def test_r3_replay_of_a_success_needs_confirmation_and_keeps_the_webhook_id(
