@@ -124,6 +124,13 @@ DEFERRED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+INTAKE_PAUSES = Counter(
+    "hookstream_intake_pauses",
+    "Times the dispatcher paused reading one partition because it held its share of the "
+    "intake buffer (F3, F7), by lane.",
+    ["lane"],
+    registry=REGISTRY,
+)
 DUPLICATES_SUPPRESSED = Counter(
     "hookstream_duplicates_suppressed",
     "Copies of already delivered deliveries settled without sending them again (after a "
@@ -336,6 +343,11 @@ def set_breakers(counts: Mapping[str, int]) -> None:
 def record_duplicate_suppressed(lane: str) -> None:
     """A copy of a delivery that already succeeded was settled without an attempt (Q1)."""
     DUPLICATES_SUPPRESSED.labels(_member(lane, LANES)).inc()
+
+
+def record_intake_paused(lane: str) -> None:
+    """One partition's intake paused: it holds its share of the dispatcher's buffer."""
+    INTAKE_PAUSES.labels(_member(lane, LANES)).inc()
 
 
 def record_deferred(reason: str) -> None:

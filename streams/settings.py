@@ -88,7 +88,11 @@ class Settings(BaseSettings):
         4, ge=1, le=1024, description="RocksDB write buffer per table partition, in MiB."
     )
     dispatch_batch_size: int = Field(
-        500, ge=1, le=10000, description="Records taken from Kafka per dispatch batch."
+        500,
+        ge=1,
+        le=10000,
+        description="Records taken from Kafka per dispatch batch (at most one partition's "
+        "share of the intake buffer: 4 x the dispatch concurrency).",
     )
     dispatch_concurrency: int = Field(
         256, ge=1, le=10000, description="HTTP attempts in flight per worker, all lanes together."

@@ -79,6 +79,13 @@ DEDUPED_LANES = frozenset({Lane.LIVE, Lane.RETRY})
 # At most this many deliveries settled but not committed: while commits fail (the broker is
 # away), the lane stops taking new work instead of delivering what it cannot record.
 UNCOMMITTED_CAP_PER_SLOT = 4
+# The intake buffer is dispatch_concurrency x this many deliveries (taken in, not settled).
+BUFFER_PER_SLOT = 32
+# One partition of `routed` or `backfill` may fill at most this share of the intake buffer:
+# beyond it that partition's intake pauses (until half of it has settled) and the others' goes
+# on, so a subscription whose deliveries pile up (a slow endpoint, a tenant out of fair slots)
+# does not keep every other partition's deliveries waiting in Kafka (F3, F7).
+PARTITION_SHARE = 8
 
 
 def _breaker_changed(origin: str, old: BreakerState, new: BreakerState, at_ms: int) -> None:
@@ -142,7 +149,8 @@ class Dispatcher:
             clock=clock,
         )
         self._timers: dict[TP, dict[int, asyncio.TimerHandle]] = {}
-        self._paused: set[TP] = set()
+        self._paused: set[TP] = set()  # retry tiers waiting for their read-ahead to fire
+        self._intake_paused: set[TP] = set()  # partitions holding their share of the buffer
         self._assigned: set[TP] = set()
         self._consumer: Consumer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -223,6 +231,7 @@ class Dispatcher:
             for handle in self._timers.pop(tp, {}).values():
                 handle.cancel()
             self._paused.discard(tp)
+            self._intake_paused.discard(tp)
 
     # --- intake ---------------------------------------------------------------------------
     def _take(self, msg: Message) -> None:
@@ -441,11 +450,15 @@ class Dispatcher:
         loop = self._loop = asyncio.get_running_loop()
         consumer = self._consumer = make_consumer(self._settings, "dispatch")
         consumer.subscribe(self._lanes, on_assign=self._on_assign, on_revoke=self._on_revoke)
-        buffer_cap = self._settings.dispatch_concurrency * 32
+        buffer_cap = self._settings.dispatch_concurrency * BUFFER_PER_SLOT
+        partition_cap = max(1, buffer_cap // PARTITION_SHARE)
+        # one batch could otherwise overfill a partition's share before its pause takes effect
+        batch = min(self._settings.dispatch_batch_size, partition_cap)
         uncommitted_cap = self._settings.dispatch_concurrency * UNCOMMITTED_CAP_PER_SLOT
         last_commit = time.monotonic()
         try:
             while not stop.is_set():
+                self._pace_partitions(consumer, partition_cap)
                 if self._flow.busy >= buffer_cap:
                     await asyncio.sleep(0.01)  # intake waits; queues are bounded per subscription
                     continue
@@ -453,9 +466,7 @@ class Dispatcher:
                     await self._commit_or_wait()
                     last_commit = time.monotonic()
                     continue
-                msgs = await loop.run_in_executor(
-                    None, take, consumer, self._settings.dispatch_batch_size, 0.05
-                )
+                msgs = await loop.run_in_executor(None, take, consumer, batch, 0.05)
                 for msg in msgs:
                     if msg.error() is None:
                         self._take(msg)
@@ -466,6 +477,23 @@ class Dispatcher:
                     last_commit = time.monotonic()
         finally:
             await self._shutdown(consumer)
+
+    def _pace_partitions(self, consumer: Consumer, cap: int) -> None:
+        """Pause the intake of a `routed` or `backfill` partition that holds ``cap`` deliveries
+        taken in and not settled; resume it once it holds half as many."""
+        held = self._flow.held
+        for tp in [tp for tp in self._intake_paused if held[tp] <= cap // 2]:
+            self._intake_paused.discard(tp)
+            if tp in self._assigned:
+                consumer.resume([TopicPartition(tp[0], tp[1])])
+        for tp, count in held.items():
+            if count < cap or tp in self._intake_paused or tp[0] in self._tier_delay:
+                continue
+            if tp in self._assigned:
+                consumer.pause([TopicPartition(tp[0], tp[1])])
+                self._intake_paused.add(tp)
+                backfill = tp[0] == self._settings.topic("backfill")
+                metrics.record_intake_paused("backfill" if backfill else "live")
 
     async def _commit_or_wait(self) -> None:
         """Too much is settled but not committed: commit before taking more; when Kafka cannot

@@ -125,6 +125,7 @@ class FlowControl:
         self._tasks: set[asyncio.Task[None]] = set()
         self.queued = 0
         self.running: Counter[TP] = Counter()  # attempts under way, per source partition
+        self.held: Counter[TP] = Counter()  # taken in, not settled: queued + running, per partition
 
     @property
     def busy(self) -> int:
@@ -171,6 +172,7 @@ class FlowControl:
                 shed = [flow.queue.pop() for _ in range(len(flow.queue) - self._origin_cap)]
                 self.queued -= len(shed)
                 for held_tp, held_offset, held in reversed(shed):
+                    self._release(held_tp)
                     self._defer(held, due_ms, "rate_limited")
                     self._settled(held_tp, held_offset)
             self._defer(delivery, due_ms, "rate_limited")
@@ -178,6 +180,7 @@ class FlowControl:
             return
         flow.queue.append((tp, offset, delivery))
         self.queued += 1
+        self.held[tp] += 1
         if flow.pump is None or flow.pump.done():
             flow.pump = self._spawn(self._pump(sub.id, flow))
 
@@ -259,7 +262,15 @@ class FlowControl:
             origin.release()
             in_flight.release()
             self.running[tp] -= 1
+            self._release(tp)
             self._settled(tp, offset)
+
+    def _release(self, tp: TP, count: int = 1) -> None:
+        left = self.held[tp] - count
+        if left > 0:
+            self.held[tp] = left
+        else:
+            del self.held[tp]
 
     def _observe(self, origin: str, seconds: float) -> None:
         self._origin_done[origin] = time.monotonic()
@@ -274,6 +285,8 @@ class FlowControl:
             if flow.pump is not None:
                 flow.pump.cancel()
             self.queued -= len(flow.queue)
+            for tp, _offset, _delivery in flow.queue:
+                self._release(tp)
             flow.queue.clear()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=timeout_s)
@@ -283,4 +296,7 @@ class FlowControl:
         for flow in self._flows.values():
             kept = deque(item for item in flow.queue if item[0] not in tps)
             self.queued -= len(flow.queue) - len(kept)
+            for tp, _offset, _delivery in flow.queue:
+                if tp in tps:
+                    self._release(tp)
             flow.queue = kept

@@ -1,12 +1,16 @@
-"""Flow control on the real pipeline (F1, F2, F3): delayed, never failed, never counted."""
+"""Flow control on the real pipeline (F1, F2, F3, F7): delayed, never failed, never counted."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
 
+from streams.adapters.kafka_admin import load_topology
+from streams.agents.analytics import partition_of
 from streams.domain.models import DeliveryState
+from streams.services.subscriptions import create_subscription
 from streams.settings import Settings
 from tests.integration.pipeline_harness import PipelineHarness, make_event
 from tests.receivers import PerId, Receiver, Respond, Silent
@@ -74,3 +78,34 @@ async def test_f3_a_dead_endpoint_does_not_hold_the_others(
         # deliveries long before the dead one's first timeouts (5 s) free any slot
         await h.wait_for(lambda: len(healthy.requests) >= 40, timeout_s=4.5)
     assert len(dead.requests) <= 2 + 2, "the dead origin never held more than its cap"
+
+
+async def test_f7_a_tenant_out_of_slots_does_not_keep_another_partitions_deliveries_waiting(
+    make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
+) -> None:
+    """F7 at intake: the big tenant's 300 deliveries to an endpoint that takes 0.2 s pile up
+    behind 4 dispatch slots. Its partition stops being read once it holds its share of the
+    intake buffer, so the small tenant's deliveries, published after them in another
+    partition, are read and attempted in the next free fair slot, long before the big
+    tenant's backlog drains. Checked by order: the small tenant's 5 arrive before the big
+    tenant's 100th (without the pause, at least 172 of its 300 came first: the intake buffer
+    of 128 had to drain below its cap before anything else was read)."""
+    slow, fast = receiver_factory(), receiver_factory()
+    big_url = slow.route("/big", Respond(200, delay_s=0.2))
+    small_url = fast.route("/small", Respond(200))
+    settings = make_settings(**FAST, dispatch_concurrency=4)
+    partitions = load_topology(settings).lane_partitions
+    big_id, small_id = "sub_f7_big", "sub_f7_small"
+    assert partition_of(big_id, partitions) != partition_of(small_id, partitions)
+    async with PipelineHarness(settings) as h:
+        for sub_id, tenant, url in ((big_id, "big", big_url), (small_id, "small", small_url)):
+            data = {"tenant_id": tenant, "url": url, "filters": [f"{tenant}.*"]}
+            await asyncio.to_thread(create_subscription, settings, data, subscription_id=sub_id)
+        await h.wait_for(lambda: h.pipeline.registry.get(small_id) is not None, 20)
+        await h.wait_for(lambda: h.pipeline.registry.get(big_id) is not None, 20)
+        await h.publish([make_event("big", "big.created", n) for n in range(300)])
+        await h.wait_for(lambda: len(slow.requests) >= 8, timeout_s=30)  # the backlog is there
+        await h.publish([make_event("small", "small.created", n) for n in range(5)])
+        await h.wait_for(lambda: len(fast.requests) >= 5, timeout_s=60)
+        big_before_small = len(slow.requests)
+    assert big_before_small < 100, f"{big_before_small} of the big tenant's came first"

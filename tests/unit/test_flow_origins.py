@@ -116,3 +116,33 @@ async def test_f3_a_hanging_origin_sheds_its_queue_and_the_others_go_on(
     assert control.queued == 2  # the dead origin's 2 still wait; its 2 attempts still hang
     recorder.release.set()
     await control.drain(1.0)
+
+
+async def test_f7_held_counts_each_partitions_unsettled_deliveries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`held` (queued + running per source partition) drives the dispatcher's per-partition
+    intake pause: it must rise with every delivery taken in and fall with every one settled,
+    shed to a retry tier, or dropped on revocation, and never go stale."""
+    monkeypatch.setattr(flow_module, "STALL_S", 0.2)
+    dead = _sub("sub_dead", "https://dead.example/hook")
+    live = _sub("sub_live", "https://live.example/hook")
+    recorder = Recorder(hang={dead.id}, seconds=0.001)
+    control = _control(recorder, {dead.id: dead, live.id: live}, origin_cap=2)
+    busy, quiet = ("routed", 1), ("routed", 2)
+    for offset in range(300):  # fills the dead subscription's queue (cap 256)
+        control.submit(busy, offset, _delivery(dead, offset), dead)
+    for offset in range(1000, 1005):
+        control.submit(quiet, offset, _delivery(live, offset), live)
+    assert control.held == {busy: 300, quiet: 5}
+    await recorder.wait_settled(range(1000, 1005))
+    assert control.held == {busy: 300}  # 2 hanging, 298 queued; the quiet partition is clear
+
+    await asyncio.sleep(0.3)  # the dead origin is slow now: the next one sheds the queue
+    control.submit(busy, 300, _delivery(dead, 300), dead)
+    assert control.held == {busy: 4}  # its 2 hanging and the 2 its origin slots allow
+    control.forget({busy})  # revoked: the queued are dropped, the running still count
+    assert control.held == {busy: 2}
+    recorder.release.set()
+    await recorder.wait_settled(range(2))
+    assert control.held == {}
