@@ -169,18 +169,33 @@ def _f3_run(args: argparse.Namespace, work: Path, bad_url: str | None) -> dict[s
 
 # --- F7: a tenant publishing 100x another's volume -------------------------------------------
 def scenario_f7(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    def subs(receiver: Nginx) -> Subs:
-        return tuple(
-            (f"sub_f7_{name}", {"tenant_id": name, "url": receiver.url_for(f"/f7/{name}"),
-                                "filters": [f"f7.{name}"]})
-            for name in ("small", "big")
-        )  # fmt: skip
-
+    """With ``--big-delay-ms``, the big tenant's endpoint answers after that delay (a child
+    process, `bench.silent`), so its attempts hold dispatch slots: with ``--concurrency`` below
+    the big tenant's rate x delay the tenants compete for slots, not only for CPU."""
     small = Stream("small", "small", args.small_rate, (("f7.small", "sub_f7_small"),))
     big_rate = args.small_rate * args.volume_ratio
     big = Stream("big", "big", big_rate, (("f7.big", "sub_f7_big"),))
 
     def run(with_big: bool) -> dict[str, Any]:
+        if args.big_delay_ms is None:
+            return _f7_run(with_big, None)
+        with silent_receiver("/f7/big", answer_after_ms=args.big_delay_ms) as slow:
+            result = _f7_run(with_big, slow.url)
+        if with_big:
+            result["big"]["endpoint"] = {"answer_after_ms": args.big_delay_ms, **slow.counts}
+        return result
+
+    def _f7_run(with_big: bool, big_url: str | None) -> dict[str, Any]:
+        def subs(receiver: Nginx) -> Subs:
+            urls = {
+                "small": receiver.url_for("/f7/small"),
+                "big": big_url or receiver.url_for("/f7/big"),
+            }
+            return tuple(
+                (f"sub_f7_{name}", {"tenant_id": name, "url": url, "filters": [f"f7.{name}"]})
+                for name, url in urls.items()
+            )  # fmt: skip
+
         with pipeline(args, work, subs) as rig:
             assert rig.worker is not None
             load = load_1m()
@@ -197,7 +212,12 @@ def scenario_f7(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 "worker_cpu_percent": rig.worker.cpu_percent(start, end),
                 "stages": stages(rig, measured),
             }
-            if with_big:
+            if with_big and big_url is not None:  # arrivals are counted by the slow endpoint
+                result["big"] = {
+                    "rate_per_s": big_rate,
+                    "stages": stages(rig, sent.measured("big")),
+                }
+            elif with_big:
                 big_sent = sent.measured("big")
                 rig.wait_delivered(set(big_sent), stall_s=5.0)
                 big_lat = latencies_ms(big_sent, received)
@@ -222,6 +242,8 @@ def scenario_f7(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def _big_text(big: dict[str, Any]) -> str:
+    if "delivered_in_window_per_s" not in big:
+        return f"{big['rate_per_s']:g}/s to a slow endpoint ({_stages_text(big['stages'])})"
     return (
         f"{fmt(big['delivered_in_window_per_s'])}/s of {big['rate_per_s']:g}/s, "
         f"p99 {fmt(big['p99_ms'], ' ms', 1)} ({_stages_text(big['stages'])})"
@@ -314,6 +336,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     f7 = parser.add_argument_group("f7")
     f7.add_argument("--small-rate", type=float, default=3.0, help="the small tenant's events/s")
     f7.add_argument("--volume-ratio", type=float, default=100.0, help="big / small volume")
+    f7.add_argument("--big-delay-ms", type=float, help="the big tenant's endpoint answers after "
+                    "this delay (default: nginx, at once)")  # fmt: skip
     f1 = parser.add_argument_group("f1")
     f1.add_argument("--limit", type=float, default=50.0, help="the subscription's rate_limit")
     f1.add_argument("--offered", type=float, default=500.0, help="events/s published to it")

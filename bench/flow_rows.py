@@ -37,7 +37,13 @@ def row_figures(scenario: str, result: dict[str, Any]) -> tuple[str, str]:
         return (
             f"**small tenant p99 ratio {fmt(ratio, '', 2)}** (pairs {pairs}); p99 "
             f"{fmt(med['measured_p99_ms'], ' ms', 1)} with vs "
-            f"{fmt(med['baseline_p99_ms'], ' ms', 1)} solo; {small:g} vs {big:g} events/s",
+            f"{fmt(med['baseline_p99_ms'], ' ms', 1)} solo; {small:g} vs {big:g} events/s"
+            + (
+                f"; the big tenant's endpoint answers after {config['big_delay_ms']:g} ms, "
+                f"{config['concurrency']} dispatch slots"
+                if config.get("big_delay_ms") is not None
+                else ""
+            ),
             _met(None if ratio is None else ratio <= 2.0),
         )
     if scenario == "f1":

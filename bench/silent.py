@@ -1,9 +1,12 @@
-"""A receiver that accepts every connection, reads the request and never answers.
+"""A receiver that accepts every connection, reads the request and never answers, or answers
+each request 200 after a fixed delay.
 
-The dead endpoint of the F3 isolation benchmark: every attempt to it ends in the
-subscription's timeout. It runs in a child process of its own (``python -m bench.silent PORT``),
+Never answering, it is the dead endpoint of the F3 isolation benchmark: every attempt to it ends
+in the subscription's timeout. Answering after a delay (``answer_after_ms``), it is the slow
+endpoint of the F7 variant where tenants compete for dispatch slots: each attempt holds a slot
+for that long. It runs in a child process of its own (``python -m bench.silent PORT [DELAY_MS]``),
 so holding many open connections costs the benchmark's publisher nothing; on SIGTERM it prints
-how many connections it accepted and how many of them sent a request, as one JSON line.
+how many connections it accepted and how many requests it read, as one JSON line.
 """
 
 from __future__ import annotations
@@ -29,8 +32,43 @@ class _Counts:
     open: set[asyncio.StreamWriter] = field(default_factory=set)
 
 
-async def _serve(port: int) -> dict[str, int]:
+_ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+
+
+async def _answer_late(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float, counts: _Counts
+) -> None:
+    """HTTP/1.1 keep-alive: read each request (headers and a Content-Length body), wait
+    ``delay_s``, answer 200 with no body."""
+    while True:
+        head = await reader.readuntil(b"\r\n\r\n")
+        counts.requests += 1
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value.strip())
+        if length:
+            await reader.readexactly(length)
+        await asyncio.sleep(delay_s)
+        writer.write(_ANSWER)
+        await writer.drain()
+
+
+async def _serve(port: int, delay_ms: float | None = None) -> dict[str, int]:
     counts = _Counts()
+    delay_s = 0.0 if delay_ms is None else delay_ms / 1000
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        counts.connections += 1
+        counts.open.add(writer)
+        try:
+            await _answer_late(reader, writer, delay_s, counts)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            counts.open.discard(writer)
+            writer.close()
 
     async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         counts.connections += 1
@@ -52,7 +90,8 @@ async def _serve(port: int) -> dict[str, int]:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    server = await asyncio.start_server(hold, "127.0.0.1", port, backlog=1024)
+    handler = hold if delay_ms is None else answer
+    server = await asyncio.start_server(handler, "127.0.0.1", port, backlog=1024)
     async with server:
         await stop.wait()
     for writer in list(counts.open):
@@ -68,11 +107,13 @@ class Silent:
 
 
 @contextmanager
-def silent_receiver(path: str = "/never") -> Iterator[Silent]:
-    """Run the never-answering receiver in a child process for the duration of the block."""
+def silent_receiver(path: str = "/never", answer_after_ms: float | None = None) -> Iterator[Silent]:
+    """Run the receiver in a child process for the duration of the block: never answering, or
+    answering every request 200 after ``answer_after_ms``."""
     port = free_port()
+    delay = [] if answer_after_ms is None else [str(answer_after_ms)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.silent", str(port)],
+        [sys.executable, "-m", "bench.silent", str(port), *delay],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
@@ -92,7 +133,8 @@ def silent_receiver(path: str = "/never") -> Iterator[Silent]:
 
 
 def main() -> int:
-    counts = asyncio.run(_serve(int(sys.argv[1])))
+    delay_ms = float(sys.argv[2]) if len(sys.argv) > 2 else None
+    counts = asyncio.run(_serve(int(sys.argv[1]), delay_ms))
     print(json.dumps(counts), flush=True)
     return 0
 
