@@ -188,8 +188,9 @@ class FlowControl:
         """Whether a full queue is waiting on a limit, rather than simply busy.
 
         A busy, unthrottled subscription whose origin answers quickly is draining as fast as it
-        can: deferring its deliveries would only cost Kafka round trips, so the worker's intake
-        waits instead (the dispatcher stops reading when its buffer is full). Its origin is slow
+        can: deferring its deliveries would only cost Kafka round trips, so intake waits
+        instead (the dispatcher stops reading a partition that holds its share of the intake
+        buffer, see `held`, and goes on reading the others). Its origin is slow
         when every origin slot is taken and its attempts have lately taken `SLOW_ATTEMPT_S` or
         more on average, or none has ended for `STALL_S` (F3: a host that hangs is slow before
         its first timeout ends). An overloaded worker stretches every attempt to a fraction of
