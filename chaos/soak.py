@@ -4,11 +4,11 @@
 
 The same installation as the chaos run (own broker, two workers, the receiver farm), without
 faults. Every ``--interval`` seconds it samples, per worker: RSS (``VmRSS`` of
-/proc/<pid>/status), open file descriptors (entries of /proc/<pid>/fd) and the size on disk of
-its data dir (the RocksDB tables). A series levels off when its slope over the last third of
-the run is at most a quarter of its slope over the first third, or below a small absolute
-floor (growth that would not matter in a week). The run ends with the same audit as the chaos
-run, so nothing may be lost during the soak either.
+/proc/<pid>/status), open file descriptors (entries of /proc/<pid>/fd, also counted by kind)
+and the size on disk of its data dir (the RocksDB tables). A series levels off when its slope
+over the last third of the run is at most a quarter of its slope over the first third, or
+below a small absolute floor (growth that would not matter in a week). The run ends with the
+same audit as the chaos run, so nothing may be lost during the soak either.
 """
 
 from __future__ import annotations
