@@ -3,9 +3,7 @@
 The agent reads `attempts` (one record per HTTP attempt, keyed by subscription id) in batches
 (`BATCH_MAX` records or `BATCH_WITHIN_S`, whichever comes first) and folds each subscription's
 records with the pure ``streams.domain.analytics.fold``: a batch costs one read and one write
-per subscription and window it touches, not per record. A batch is folded in slices of about
-`SLICE_S`, with a yield to the event loop between them, so the deliveries that share the loop
-never wait for a whole batch.
+per subscription and window it touches, not per record.
 
 Two plain changelog tables, co-partitioned with `attempts` (``lane_partitions`` partitions):
 
@@ -44,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
@@ -71,10 +68,6 @@ PEER_TIMEOUT_S: Final = 10.0
 #: A batch: this many attempt records, or what arrived within this many seconds.
 BATCH_MAX: Final = 5000
 BATCH_WITHIN_S: Final = 1.0
-#: A batch is folded in slices of at most about this many seconds, yielding to the event loop
-#: in between: the deliveries share the loop, and one synchronous fold of a second's worth of
-#: attempts held every one of them up for tens of milliseconds (docs/benchmarks.md, step 7).
-SLICE_S: Final = 0.002
 #: Seconds a client should wait before asking again while partitions move.
 RETRY_AFTER_S: Final = "1"
 RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
@@ -126,53 +119,41 @@ class AnalyticsStore:
 
     # --- writing (inside the agent) -------------------------------------------------------------
 
-    async def apply_batch(self, events: Sequence[Any], focus: Callable[[Any], None]) -> None:
+    def apply_batch(self, events: Sequence[Any], focus: Callable[[Any], None]) -> None:
         """Fold a batch of `attempts` events; ``focus(event)`` makes ``event`` the current one,
-        so that table writes go to its partition. Yields to the event loop every `SLICE_S`."""
+        so that table writes go to its partition."""
         by_partition: dict[int, list[Any]] = {}
         for event in events:
             by_partition.setdefault(event.message.partition, []).append(event)
-        slice_ends = time.perf_counter() + SLICE_S
         for partition, group in by_partition.items():
-            records: dict[str, list[tuple[Position, Attempt]]] = {}
-            for event in group:
-                if time.perf_counter() >= slice_ends:
-                    await asyncio.sleep(0)
-                    slice_ends = time.perf_counter() + SLICE_S
-                self._decode_into(records, partition, event)
-            for sub_id, mine in records.items():
-                if time.perf_counter() >= slice_ends:
-                    await asyncio.sleep(0)
-                    slice_ends = time.perf_counter() + SLICE_S
-                focus(group[-1])  # again after every pause: writes go to this partition
-                self._fold_subscription(partition, sub_id, mine)
+            focus(group[-1])
+            self._fold_partition(partition, group)
 
-    @staticmethod
-    def _decode_into(
-        records: dict[str, list[tuple[Position, Attempt]]], partition: int, event: Any
-    ) -> None:
-        try:
-            att = codec.decode(Attempt, event.value)
-        except DecodeError as exc:  # never crash-loop on one record (Q2)
-            log.error("attempt record skipped by analytics: %s", exc)
-            return
-        records.setdefault(att.subscription_id, []).append(((partition, event.message.offset), att))
-
-    def _fold_subscription(
-        self, partition: int, sub_id: str, records: list[tuple[Position, Attempt]]
-    ) -> None:
-        if partition_of(sub_id, self.partitions) != partition:
-            log.error(
-                "attempts of a subscription found outside its partition are not counted",
-                extra={"subscription_id": sub_id, "partition": partition},
+    def _fold_partition(self, partition: int, events: list[Any]) -> None:
+        records: dict[str, list[tuple[Position, Attempt]]] = {}
+        for event in events:
+            try:
+                att = codec.decode(Attempt, event.value)
+            except DecodeError as exc:  # never crash-loop on one record (Q2)
+                log.error("attempt record skipped by analytics: %s", exc)
+                continue
+            records.setdefault(att.subscription_id, []).append(
+                ((partition, event.message.offset), att)
             )
-            return
-        try:
-            unreadable = fold_into(self.index, self.windows, sub_id, records)
-        except Exception:  # one subscription's bad state must not stop the others
-            log.exception("attempts not counted", extra={"subscription_id": sub_id})
-            return
-        for key in unreadable:
+        for sub_id, mine in records.items():
+            if partition_of(sub_id, self.partitions) != partition:
+                log.error(
+                    "attempts of a subscription found outside its partition are not counted",
+                    extra={"subscription_id": sub_id, "partition": partition},
+                )
+                continue
+            try:
+                self._fold_subscription(sub_id, mine)
+            except Exception:  # one subscription's bad state must not stop the others
+                log.exception("attempts not counted", extra={"subscription_id": sub_id})
+
+    def _fold_subscription(self, sub_id: str, records: list[tuple[Position, Attempt]]) -> None:
+        for key in fold_into(self.index, self.windows, sub_id, records):
             log.error(
                 "unreadable analytics record started afresh",
                 extra={"subscription_id": sub_id, "key": key.decode(errors="replace")},
@@ -315,4 +296,4 @@ def analytics_component(app: Any, settings: Settings) -> None:
         # are handled per record and per subscription in `apply_batch`.
         async for events in stream.take_events(BATCH_MAX, BATCH_WITHIN_S):
             # faust has no public way to pick the partition of a table write in a batch
-            await store.apply_batch(events, stream._set_current_event)
+            store.apply_batch(events, stream._set_current_event)
