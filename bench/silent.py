@@ -55,32 +55,27 @@ async def _answer_late(
         await writer.drain()
 
 
+async def _never_answer(reader: asyncio.StreamReader, counts: _Counts) -> None:
+    """Read and drop everything: the client waits for an answer that never comes."""
+    seen_request = False
+    while await reader.read(65536):
+        if not seen_request:
+            seen_request = True
+            counts.requests += 1
+
+
 async def _serve(port: int, delay_ms: float | None = None) -> dict[str, int]:
     counts = _Counts()
-    delay_s = 0.0 if delay_ms is None else delay_ms / 1000
 
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         counts.connections += 1
         counts.open.add(writer)
         try:
-            await _answer_late(reader, writer, delay_s, counts)
+            if delay_ms is None:
+                await _never_answer(reader, counts)
+            else:
+                await _answer_late(reader, writer, delay_ms / 1000, counts)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            pass
-        finally:
-            counts.open.discard(writer)
-            writer.close()
-
-    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        counts.connections += 1
-        counts.open.add(writer)
-        seen_request = False
-        try:
-            while chunk := await reader.read(65536):
-                if not seen_request:
-                    seen_request = True
-                    counts.requests += 1
-                del chunk  # read and dropped: the client waits for an answer that never comes
-        except ConnectionError:
             pass
         finally:
             counts.open.discard(writer)
@@ -90,8 +85,7 @@ async def _serve(port: int, delay_ms: float | None = None) -> dict[str, int]:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    handler = hold if delay_ms is None else answer
-    server = await asyncio.start_server(handler, "127.0.0.1", port, backlog=1024)
+    server = await asyncio.start_server(connection, "127.0.0.1", port, backlog=1024)
     async with server:
         await stop.wait()
     for writer in list(counts.open):

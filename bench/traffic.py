@@ -26,12 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
-
 from bench.nginx import Nginx, nginx_receiver
 from bench.report import percentile
 from bench.rig import Rig, RigConfig, produce_event
 from streams.adapters import codec
+from streams.adapters.topic_reader import scan
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import Attempt, Delivery, Event
 
@@ -209,48 +208,18 @@ def max_in_fixed_windows(times: Iterable[float], window_s: float = 1.0) -> int:
     return max(counts.values(), default=0)
 
 
-def _read_topic(rig: Rig, logical: str) -> list[bytes]:
-    """Every value of one of the run's topics, from the start (a throwaway reader)."""
-    topic = rig.settings.topic(logical)
-    reader = Consumer(
-        {
-            "bootstrap.servers": rig.settings.kafka_bootstrap,
-            "group.id": f"{rig.settings.group_id}-bench-reader-{uuid.uuid4().hex[:6]}",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        partitions = reader.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {
-            p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in partitions
-        }
-        reader.assign([TopicPartition(topic, p, 0) for p, end in ends.items() if end > 0])
-        left = sum(ends.values())
-        values: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while left > 0 and time.monotonic() < deadline:
-            for msg in reader.consume(1000, 1.0):
-                if msg.error() is None:
-                    left -= 1
-                    values.append(msg.value() or b"")
-        return values
-    finally:
-        reader.close()
-
-
 def stages(rig: Rig, sent: dict[str, float]) -> dict[str, float]:
     """Where the deliveries in ``sent`` spent their time, p50/p99 in ms of each step:
     publish -> routed (the router produced the delivery), routed -> the attempt started (the
     dispatcher's intake and flow control), the attempt started -> nginx logged it."""
     routed: dict[str, float] = {}
-    for value in _read_topic(rig, "routed"):
-        delivery = codec.decode(Delivery, value)
+    for msg in scan(rig.settings, rig.settings.topic("routed")):
+        delivery = codec.decode(Delivery, msg.value() or b"")
         if delivery.delivery_id in sent:
             routed[delivery.delivery_id] = delivery.routed_at / 1000
     started: dict[str, float] = {}
-    for value in _read_topic(rig, "attempts"):
-        attempt = codec.decode(Attempt, value)
+    for msg in scan(rig.settings, rig.settings.topic("attempts")):
+        attempt = codec.decode(Attempt, msg.value() or b"")
         if attempt.delivery_id in sent:
             started.setdefault(attempt.delivery_id, attempt.started_at / 1000)
     received = rig.receiver.log.received

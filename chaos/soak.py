@@ -40,10 +40,6 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
 def fd_kinds(pid: int) -> dict[str, int]:
     """Open descriptors by what they are: sockets (Kafka, receivers, peers), RocksDB table
     files (``.sst``), other files (RocksDB logs and manifests, the code), and pipes and event
@@ -112,13 +108,14 @@ def sample(cluster: Cluster, elapsed: float) -> list[dict[str, Any]]:
         if worker.proc is None or worker.proc.poll() is not None:
             continue
         pid = worker.proc.pid
+        kinds = fd_kinds(pid)
         rows.append(
             {
                 "t_s": round(elapsed, 1),
                 "worker": index,
                 "rss_mib": round(rss_mib(pid), 1),
-                "fds": open_fds(pid),
-                "fd_kinds": fd_kinds(pid),
+                "fds": sum(kinds.values()),
+                "fd_kinds": kinds,
                 "disk_mib": round(disk_mib(worker.data_dir), 2),
             }
         )

@@ -266,8 +266,8 @@ class FlowControl:
             self._release(tp)
             self._settled(tp, offset)
 
-    def _release(self, tp: TP, count: int = 1) -> None:
-        left = self.held[tp] - count
+    def _release(self, tp: TP) -> None:
+        left = self.held[tp] - 1
         if left > 0:
             self.held[tp] = left
         else:
@@ -295,9 +295,11 @@ class FlowControl:
     def forget(self, tps: set[TP]) -> None:
         """Partitions were revoked: drop their queued deliveries (the new owner replays them)."""
         for flow in self._flows.values():
-            kept = deque(item for item in flow.queue if item[0] not in tps)
+            kept: deque[tuple[TP, int, Delivery]] = deque()
+            for item in flow.queue:
+                if item[0] in tps:
+                    self._release(item[0])
+                else:
+                    kept.append(item)
             self.queued -= len(flow.queue) - len(kept)
-            for tp, _offset, _delivery in flow.queue:
-                if tp in tps:
-                    self._release(tp)
             flow.queue = kept
