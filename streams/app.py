@@ -13,6 +13,8 @@ What the factory decides, once, for every hookstream worker:
   agents consume or produce is owned by topics.yaml (SPEC X1) and is declared there, never here;
   the broker has ``auto.create.topics.enable=false`` as well.
 - Faust's leader topic is off: hookstream does not use leader election.
+- The agents' aiokafka consumer asks for ``agent_fetch_min_bytes`` per fetch and waits at most
+  ``agent_fetch_wait`` for them, instead of a fetch per record (`streams.adapters.agent_fetch`).
 - Faust reads nothing from the environment: `Settings` is the only configuration (SPEC X5).
 """
 
@@ -27,6 +29,7 @@ import faust
 import uvloop
 from faust.tables.manager import TableManager
 
+from streams.adapters import agent_fetch
 from streams.adapters.kafka_admin import TopicAdmin
 from streams.adapters.lag import lag_component
 from streams.agents.analytics import analytics_component
@@ -189,6 +192,7 @@ def create_app(settings: Settings, components: Iterable[Component] = ()) -> faus
         worker_redirect_stdouts=False,
         **_table_classes(settings),
     )
+    agent_fetch.install(app, settings.agent_fetch_min_bytes, settings.agent_fetch_wait)
     for register in (register_probes, *components):
         register(app, settings)
     if not app.agents and not app.tables:

@@ -35,6 +35,7 @@ DURATION_FIELDS: Final = (
     "breaker_window",
     "breaker_cooldown",
     "breaker_max_cooldown",
+    "agent_fetch_wait",
 )
 
 
@@ -103,6 +104,20 @@ class Settings(BaseSettings):
         le=10000,
         description="HTTP attempts in flight per endpoint origin per worker: a slow host cannot "
         "take more of the worker's capacity (F3).",
+    )
+    agent_fetch_min_bytes: int = Field(
+        65536,
+        ge=1,
+        le=52428800,
+        description="Bytes the Faust agents' consumer (health, control, notifications, "
+        "analytics) asks the broker for before a fetch returns; 1 answers every record at once.",
+    )
+    agent_fetch_wait: float = Field(
+        0.1,
+        gt=0,
+        le=30,
+        description="Longest a fetch of the Faust agents' consumer waits for "
+        "agent_fetch_min_bytes: the most it adds to the agents' reaction time.",
     )
     log_level: str = Field(
         "INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$", description="Log level."
