@@ -61,6 +61,7 @@ LANES: Final = frozenset({"live", "retry", "backfill", "replay", "probe", "test"
 BREAKER_STATES: Final = frozenset({"closed", "open", "half_open"})
 DEFER_REASONS: Final = frozenset({"breaker_open", "rate_limited", "max_in_flight", "suspended"})
 CHANNELS: Final = frozenset({"email", "webhook"})
+DECREASE_REASONS: Final = frozenset({"overload", "latency"})
 SENT_OUTCOMES: Final = frozenset({"sent", "failed"})
 READINESS_CHECKS: Final = ("joined", "assigned", "rebalancing", "recovering", "ready")
 UNKNOWN: Final = "unknown"
@@ -129,6 +130,13 @@ INTAKE_PAUSES = Counter(
     "Times the dispatcher paused reading one partition because it held its share of the "
     "intake buffer (F3, F7), by lane.",
     ["lane"],
+    registry=REGISTRY,
+)
+CONCURRENCY_DECREASES = Counter(
+    "hookstream_origin_limit_decreases",
+    "Times an endpoint origin's adaptive in-flight limit went down (F3), by reason: overload "
+    "(429, 5xx, timeout) or latency (attempts slower than twice the origin's average).",
+    ["reason"],
     registry=REGISTRY,
 )
 DUPLICATES_SUPPRESSED = Counter(
@@ -348,6 +356,11 @@ def record_duplicate_suppressed(lane: str) -> None:
 def record_intake_paused(lane: str) -> None:
     """One partition's intake paused: it holds its share of the dispatcher's buffer."""
     INTAKE_PAUSES.labels(_member(lane, LANES)).inc()
+
+
+def record_concurrency_decrease(reason: str) -> None:
+    """An origin's adaptive in-flight limit went down, for `reason`."""
+    CONCURRENCY_DECREASES.labels(_member(reason, DECREASE_REASONS)).inc()
 
 
 def record_deferred(reason: str) -> None:

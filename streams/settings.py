@@ -119,6 +119,12 @@ class Settings(BaseSettings):
         description="Longest a fetch of the Faust agents' consumer waits for "
         "agent_fetch_min_bytes: the most it adds to the agents' reaction time.",
     )
+    adaptive_concurrency: bool = Field(
+        True,
+        description="Lower an endpoint origin's in-flight limit (AIMD, from "
+        "origin_max_in_flight down to 1) when it answers 429, 5xx or timeouts or slows down, "
+        "and raise it again as attempts succeed; false keeps the fixed limit.",
+    )
     log_level: str = Field(
         "INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$", description="Log level."
     )

@@ -3,7 +3,8 @@
 A `Receiver` is a small HTTP/1.1 server on plain asyncio streams, run on its own event loop in a
 background thread and bound to an ephemeral port on 127.0.0.1. It works for async and sync
 tests alike, and for tests that run a hookstream worker in another process. Each path gets a
-behaviour (`Respond`, `Reset`, `Close`, `Silent`, `HugeBody`, `Trickle`, `Garbage`, `Http10`);
+behaviour (`Respond`, `Reset`, `Close`, `Silent`, `HugeBody`, `Trickle`, `Garbage`, `Http10`,
+`Capacity`);
 every request is recorded with its headers, body and the connection it came on.
 
 Use the `receiver_factory` fixture (register this module with ``pytest_plugins`` or import the
@@ -104,7 +105,16 @@ class Http10:
     body: bytes = b"ok from an old server"
 
 
-Behaviour = Respond | Reset | Close | Silent | HugeBody | Trickle | Garbage | Http10
+@dataclass(frozen=True)
+class Capacity:
+    """A server that handles ``limit`` requests at once: each gets a 200 after ``delay_s``, and
+    a request beyond the limit gets an immediate 503 (counted in `Receiver.overflows`)."""
+
+    limit: int
+    delay_s: float = 0.05
+
+
+Behaviour = Respond | Reset | Close | Silent | HugeBody | Trickle | Garbage | Http10 | Capacity
 
 
 @dataclass(frozen=True)
@@ -318,6 +328,8 @@ class Receiver:
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
+        self._busy: dict[str, int] = {}  # Capacity paths: requests being handled
+        self._overflows: dict[str, int] = {}  # Capacity paths: requests answered 503
 
     # -- configuration and inspection (any thread) --
 
@@ -335,6 +347,11 @@ class Receiver:
     def requests(self) -> list[RecordedRequest]:
         with self._lock:
             return list(self._requests)
+
+    def overflows(self, path: str) -> int:
+        """Requests to a `Capacity` path that found it full and got a 503."""
+        with self._lock:
+            return self._overflows.get(path, 0)
 
     def requests_to(self, path: str) -> list[RecordedRequest]:
         return [request for request in self.requests if request.path == path]
@@ -440,7 +457,10 @@ class Receiver:
                     route = self._routes.get(path, self.default)
                     behaviour = self._pick(route, path, headers.get("webhook-id", ""))
                 wants_more = headers.get("connection", "").lower() != "close"
-                keep = await _act(behaviour, reader, writer, wants_more)
+                if isinstance(behaviour, Capacity):
+                    keep = await self._capacity(behaviour, path, writer, wants_more)
+                else:
+                    keep = await _act(behaviour, reader, writer, wants_more)
         except (
             asyncio.IncompleteReadError,
             asyncio.LimitOverrunError,
@@ -453,6 +473,24 @@ class Receiver:
             writer.close()
             with contextlib.suppress(ConnectionError, ssl.SSLError, asyncio.CancelledError):
                 await writer.wait_closed()
+
+    async def _capacity(
+        self, behaviour: Capacity, path: str, writer: asyncio.StreamWriter, keep: bool
+    ) -> bool:
+        with self._lock:
+            busy = self._busy.get(path, 0)
+            admitted = busy < behaviour.limit
+            if admitted:
+                self._busy[path] = busy + 1
+            else:
+                self._overflows[path] = self._overflows.get(path, 0) + 1
+        if not admitted:
+            return await _respond(Respond(503), writer, keep)
+        try:
+            return await _respond(Respond(200, delay_s=behaviour.delay_s), writer, keep)
+        finally:
+            with self._lock:
+                self._busy[path] -= 1
 
 
 def closed_port() -> int:

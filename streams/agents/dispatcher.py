@@ -32,7 +32,7 @@ from streams.adapters.kafka_clients import (
 from streams.adapters.registry import SubscriptionRegistry
 from streams.adapters.topic_reader import read_since
 from streams.agents.delivery import attempt
-from streams.agents.flow import FlowControl
+from streams.agents.flow import Ended, FlowControl
 from streams.agents.outbox import Outbox
 from streams.domain.backoff import RetryPolicy
 from streams.domain.breaker import (
@@ -43,6 +43,7 @@ from streams.domain.breaker import (
     origin_of,
 )
 from streams.domain.classify import parse_retry_after
+from streams.domain.concurrency import overloaded
 from streams.domain.dedup import RESET_MARK, RecentSuccesses
 from streams.domain.models import (
     Attempt,
@@ -147,6 +148,8 @@ class Dispatcher:
             settled=self._settled,
             lookup=registry.get,
             clock=clock,
+            adaptive=settings.adaptive_concurrency,
+            on_decrease=metrics.record_concurrency_decrease,
         )
         self._timers: dict[TP, dict[int, asyncio.TimerHandle]] = {}
         self._paused: set[TP] = set()  # retry tiers waiting for their read-ahead to fire
@@ -350,8 +353,8 @@ class Dispatcher:
         )
 
     # --- delivering -----------------------------------------------------------------------
-    async def _attempt(self, sub: Subscription, delivery: Delivery) -> float | None:
-        """One attempt through the breaker; returns a Retry-After pause for the subscription."""
+    async def _attempt(self, sub: Subscription, delivery: Delivery) -> Ended:
+        """One attempt through the breaker: a Retry-After pause, and whether it was overload."""
         now_ms = int(self._clock() * 1000)
         origin = origin_of(sub.url)
         if breaker_reset_due(sub, self._reenabled_seen):
@@ -362,7 +365,7 @@ class Dispatcher:
             # H7: not an attempt, not a failure: the delivery comes back when the breaker
             # will admit again, and nothing is dropped.
             self._defer(delivery, admission.retry_at_ms or now_ms + 1000, "breaker_open")
-            return None
+            return Ended(attempted=False)
         lane = delivery.lane.value
         metrics.add_in_flight(lane, 1)
         try:
@@ -380,7 +383,10 @@ class Dispatcher:
         if signal is not None:
             breaker.record(signal, done_ms)
         self._outbox.settle(outcome)
-        return self._pause_after(result.status, result.retry_after, done_ms)
+        return Ended(
+            pause_s=self._pause_after(result.status, result.retry_after, done_ms),
+            overloaded=overloaded(result.status, result.failure),
+        )
 
     def _pause_after(
         self, status: int | None, retry_after: str | None, now_ms: int

@@ -8,9 +8,11 @@ attempts of a subscription go out in publish order, D9) and only when
    has passed (F2: it applies to the subscription's next deliveries, not only the one that got
    it),
 2. the subscription has fewer than ``max_in_flight`` attempts running (F1),
-3. the endpoint origin has fewer than ``origin_max_in_flight`` attempts running (F3: a slow or
-   dead host cannot take the worker's capacity; its work waits in its own queue, holding no
-   dispatch slot), and
+3. the endpoint origin has fewer attempts running than its limit (F3: a slow or dead host
+   cannot take the worker's capacity; its work waits in its own queue, holding no dispatch
+   slot). The limit is ``origin_max_in_flight``, or with ``adaptive_concurrency`` an AIMD limit
+   below it that an origin answering 429, 5xx, timeouts or ever slower lowers, and steady
+   successes raise again (`streams.domain.concurrency`), and
 4. a dispatch slot is free, granted fairly across tenants by deficit round robin (F7).
 
 A throttled delivery is delayed, never failed, and never counts toward health. A subscription
@@ -32,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from streams.domain.breaker import origin_of
+from streams.domain.concurrency import AimdLimit
 from streams.domain.fairness import FairOrder
 from streams.domain.models import Delivery, Subscription
 from streams.domain.ratelimit import TokenBucket, deferred_due, queue_cap
@@ -44,7 +47,74 @@ SLOW_ATTEMPT_S = 1.0
 STALL_S = 1.0
 #: Weight of the newest attempt in an origin's moving average of attempt durations.
 EWMA_ALPHA = 0.2
-Attempt = Callable[[Subscription, Delivery], Awaitable[float | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """How an attempt ended, as flow control needs it."""
+
+    #: F2: hold the subscription's next deliveries this long (a 429/503 Retry-After).
+    pause_s: float | None = None
+    #: The endpoint signalled overload (429, 5xx, timeout): its origin's AIMD limit goes down.
+    overloaded: bool = False
+    #: False when no request went out (the breaker held it back): nothing to learn from it.
+    attempted: bool = True
+
+
+Attempt = Callable[[Subscription, Delivery], Awaitable[Ended]]
+
+
+class OriginGate:
+    """The attempts one origin may have running: a fixed cap, or an adaptive limit under it."""
+
+    def __init__(self, cap: int, adaptive: bool) -> None:
+        self.cap = cap
+        self.adaptive = AimdLimit(cap) if adaptive else None
+        self.running = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def limit(self) -> int:
+        return self.adaptive.current if self.adaptive is not None else self.cap
+
+    def locked(self) -> bool:
+        return self.running >= self.limit
+
+    async def acquire(self) -> None:
+        while self._waiters or self.running >= self.limit:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(future)
+            try:
+                await future
+            except asyncio.CancelledError:
+                if future.done() and not future.cancelled():
+                    self._wake()  # woken and cancelled at once: wake the next one instead
+                else:
+                    self._waiters.remove(future)
+                raise
+            if self.running < self.limit:
+                break
+        self.running += 1
+
+    def release(self) -> None:
+        self.running -= 1
+        self._wake()
+
+    def observe(self, seconds: float, overloaded: bool) -> str | None:
+        """Feed one finished attempt to the adaptive limit; why it went down, if it did."""
+        if self.adaptive is None:
+            return None
+        reason = self.adaptive.observe(seconds, overloaded, time.monotonic())
+        self._wake()  # an increase may admit a waiter
+        return reason
+
+    def _wake(self) -> None:
+        free = self.limit - self.running
+        while free > 0 and self._waiters:
+            future = self._waiters.popleft()
+            if not future.done():
+                future.set_result(None)
+                free -= 1
 
 
 class FairSlots:
@@ -110,10 +180,14 @@ class FlowControl:
         lookup: Callable[[str], Subscription | None],
         clock: Callable[[], float] = time.time,
         tenant_weights: dict[str, float] | None = None,
+        adaptive: bool = False,
+        on_decrease: Callable[[str], None] | None = None,
     ) -> None:
         self._slots = FairSlots(slots, tenant_weights)
         self._origin_cap = origin_max_in_flight
-        self._origins: dict[str, asyncio.Semaphore] = {}
+        self._adaptive = adaptive
+        self._on_decrease = on_decrease
+        self._origins: dict[str, OriginGate] = {}
         self._origin_latency: dict[str, float] = {}  # moving average of attempt seconds
         self._origin_done: dict[str, float] = {}  # when an attempt last ended (monotonic)
         self._flows: dict[str, _Flow] = {}
@@ -214,7 +288,7 @@ class FlowControl:
     async def _pump(self, sub_id: str, flow: _Flow) -> None:
         origin = self._origins.get(flow.origin)
         if origin is None:
-            origin = self._origins[flow.origin] = asyncio.Semaphore(self._origin_cap)
+            origin = self._origins[flow.origin] = OriginGate(self._origin_cap, self._adaptive)
             self._origin_done[flow.origin] = time.monotonic()
         while flow.queue:
             in_flight = flow.in_flight
@@ -243,7 +317,7 @@ class FlowControl:
         self,
         flow: _Flow,
         in_flight: asyncio.Semaphore,
-        origin: asyncio.Semaphore,
+        origin: OriginGate,
         tp: TP,
         offset: int,
         delivery: Delivery,
@@ -251,14 +325,20 @@ class FlowControl:
         try:
             await self._slots.acquire(flow.tenant)
             started = time.monotonic()
+            ended: Ended | None = None
             try:
                 sub = self._lookup(delivery.subscription_id)
-                pause_s = await self._attempt(sub, delivery) if sub is not None else None
+                ended = await self._attempt(sub, delivery) if sub is not None else None
             finally:
                 self._slots.release()
-                self._observe(flow.origin, time.monotonic() - started)
-            if pause_s:
-                flow.paused_until = max(flow.paused_until, self._clock() + pause_s)
+                seconds = time.monotonic() - started
+                self._observe(flow.origin, seconds)
+            if ended is not None and ended.attempted:
+                reason = origin.observe(seconds, ended.overloaded)
+                if reason is not None and self._on_decrease is not None:
+                    self._on_decrease(reason)
+            if ended is not None and ended.pause_s:
+                flow.paused_until = max(flow.paused_until, self._clock() + ended.pause_s)
         finally:
             origin.release()
             in_flight.release()

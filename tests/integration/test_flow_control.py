@@ -13,7 +13,7 @@ from streams.domain.models import DeliveryState
 from streams.services.subscriptions import create_subscription
 from streams.settings import Settings
 from tests.integration.pipeline_harness import PipelineHarness, make_event
-from tests.receivers import PerId, Receiver, Respond, Silent
+from tests.receivers import Capacity, PerId, Receiver, Respond, Silent
 
 pytestmark = pytest.mark.integration
 
@@ -109,3 +109,36 @@ async def test_f7_a_tenant_out_of_slots_does_not_keep_another_partitions_deliver
         await h.wait_for(lambda: len(fast.requests) >= 5, timeout_s=60)
         big_before_small = len(slow.requests)
     assert big_before_small < 100, f"{big_before_small} of the big tenant's came first"
+
+
+async def _overflows_of_first_attempts(
+    settings: Settings, receiver: Receiver, path: str, events: int
+) -> int:
+    """Publish `events` to a `Capacity` endpoint and wait for each one's first attempt (retries
+    are a minute away); how many of those attempts found the endpoint full."""
+    url = receiver.url(path)
+    async with PipelineHarness(settings) as h:
+        await h.subscribe(url, ["*"])
+        await h.publish([make_event("acme", "order.created", n) for n in range(events)])
+        await h.wait_for(lambda: len(receiver.requests_to(path)) >= events, timeout_s=120)
+    return receiver.overflows(path)
+
+
+async def test_f3_adaptive_concurrency_backs_off_an_endpoint_that_answers_503_when_full(
+    make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
+) -> None:
+    """An endpoint that serves 8 requests at once and answers 503 beyond. With the fixed
+    origin limit (64) most first attempts find it full; the adaptive limit comes down to what
+    it can take after a few windows, so far fewer do (the unit tests show the convergence)."""
+    receiver = receiver_factory()
+    receiver.route("/fixed", Capacity(limit=8, delay_s=0.05))
+    receiver.route("/adaptive", Capacity(limit=8, delay_s=0.05))
+    later = {**FAST, "retry_schedule": "1m", "retry_window": "5m"}
+    fixed = await _overflows_of_first_attempts(
+        make_settings(**later, adaptive_concurrency=False), receiver, "/fixed", 600
+    )
+    adaptive = await _overflows_of_first_attempts(
+        make_settings(**later, adaptive_concurrency=True), receiver, "/adaptive", 600
+    )
+    assert fixed >= 300, f"the fixed limit overran the endpoint only {fixed} times in 600"
+    assert adaptive < 0.6 * fixed, f"adaptive {adaptive} against fixed {fixed} rejected"

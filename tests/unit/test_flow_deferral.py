@@ -13,7 +13,7 @@ from itertools import pairwise
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.agents.flow import FlowControl
+from streams.agents.flow import Ended, FlowControl
 from streams.domain.models import Delivery, Event, Secret, Subscription
 from streams.domain.ratelimit import deferred_due
 
@@ -51,7 +51,7 @@ class Deferrals:
         self.settled.append(offset)
 
 
-async def _never(sub: Subscription, delivery: Delivery) -> float | None:
+async def _never(sub: Subscription, delivery: Delivery) -> Ended:
     raise AssertionError("nothing is attempted in these tests: the pumps never get to run")
 
 

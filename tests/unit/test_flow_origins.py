@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from streams.agents import flow as flow_module
-from streams.agents.flow import FlowControl
+from streams.agents.flow import Ended, FlowControl
 from streams.domain.models import Delivery, Event, Secret, Subscription
 
 TP = ("routed", 0)
@@ -44,13 +44,13 @@ class Recorder:
         self.waiting_for: set[int] = set()
         self.all_settled = asyncio.Event()
 
-    async def attempt(self, sub: Subscription, delivery: Delivery) -> float | None:
+    async def attempt(self, sub: Subscription, delivery: Delivery) -> Ended:
         self.attempted.append(delivery.delivery_id)
         if sub.id in self.hang:
             await self.release.wait()
         else:
             await asyncio.sleep(self.seconds)
-        return None
+        return Ended()
 
     def defer(self, delivery: Delivery, due_ms: int, reason: str) -> None:
         self.deferred.append(delivery.delivery_id)
