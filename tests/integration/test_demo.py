@@ -1,0 +1,51 @@
+"""The README's first command, `hookstream demo`, end to end on the real broker (SPEC §1).
+
+The demo publishes three event types to four receivers (healthy, flaky, always failing, gone),
+and must end with every delivery settled: the healthy and flaky endpoints get everything, the
+failing one's deliveries are exhausted and the gone one's dead-lettered on 404, every signature
+verifies, and the gone endpoint is suspended with its owner's notices. It runs against the
+session's broker (``--keep-kafka``: the test does not own it) with a small event count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+
+PER_TYPE = 10
+
+
+def test_demo_settles_every_delivery_and_suspends_the_gone_endpoint(kafka_bootstrap: str) -> None:
+    env = {**os.environ, "HOOKSTREAM_KAFKA_BOOTSTRAP": kafka_bootstrap}
+    command = [sys.executable, "-m", "streams.cli", "demo", "--events", str(PER_TYPE)]
+    run = subprocess.run(
+        [*command, "--keep-kafka", "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    summary = json.loads("\n".join(lines[lines.index("{") :]))
+    published = PER_TYPE * 3
+    assert summary["published"] == published
+    # healthy gets every type, flaky its one type (after retries): 4 x PER_TYPE delivered
+    assert summary["delivered"] == PER_TYPE * 4, summary
+    assert summary["retried_then_delivered"] == PER_TYPE
+    # broken: exhausted after its retries; gone: 404, a permanent failure (D5, D8)
+    assert sum(summary["dead_lettered"].values()) == PER_TYPE * 2, summary["dead_lettered"]
+    assert summary["bad_signatures"] == 0
+    assert summary["verified"] >= summary["delivered"]
+    assert "sub_demo_gone" in summary["suspended"], summary["suspended"]
+    assert any(line.startswith("endpoint.suspended") for line in summary["notices"]), summary
