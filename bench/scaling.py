@@ -36,7 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from aiokafka.partitioner import murmur2  # type: ignore[import-untyped]
+from aiokafka.partitioner import murmur2
 from confluent_kafka.admin import AdminClient
 from faust.serializers import codecs
 from faust.stores.rocksdb import RocksDBOptions

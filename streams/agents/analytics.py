@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 import httpx
-from aiokafka.partitioner import murmur2  # type: ignore[import-untyped]  # aiokafka ships no types
+from aiokafka.partitioner import murmur2
 from faust.web import View
 from yarl import URL
 

@@ -79,6 +79,12 @@ class PipelineHarness:
                 return letters
             await asyncio.sleep(0.3)
 
+    def settled_count(self) -> int:
+        """Deliveries the dispatcher has settled since the pipeline started."""
+        dispatcher = self.pipeline.dispatcher
+        assert dispatcher is not None, "the pipeline has not started its dispatcher"
+        return dispatcher.settled_count
+
     async def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while not predicate():

@@ -13,7 +13,8 @@ import aiokafka
 import pytest
 from aiokafka.structs import TopicPartition
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from streams.adapters.agent_fetch import apply_fetch_pacing
 

@@ -55,7 +55,7 @@ async def test_q1_copies_of_delivered_deliveries_are_not_sent_again(
 
         # the same worker: it remembers what it delivered
         await asyncio.to_thread(_produce, settings, originals)
-        await h.wait_for(lambda: h.pipeline.dispatcher.settled_count >= 40, timeout_s=30)
+        await h.wait_for(lambda: h.settled_count() >= 40, timeout_s=30)
 
         # a new worker (a restart, or a takeover after a crash): it reads the ledger back
         await h.pipeline.stop()
@@ -94,7 +94,7 @@ async def test_q1_a_copy_right_behind_its_original_is_not_sent_alongside_it(
             records += [(sub.id.encode(), value), (sub.id.encode(), value)]
             ids.append(delivery.delivery_id)
         await asyncio.to_thread(_produce, settings, records)
-        await h.wait_for(lambda: h.pipeline.dispatcher.settled_count >= 20, timeout_s=30)
+        await h.wait_for(lambda: h.settled_count() >= 20, timeout_s=30)
         await asyncio.sleep(1.0)
         got = [r.headers["webhook-id"] for r in receiver.requests]
     assert sorted(got) == sorted(ids), "each delivery went out once"

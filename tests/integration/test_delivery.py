@@ -72,7 +72,7 @@ async def test_d6_retries_arrive_on_schedule_never_early_same_webhook_id(
         await h.publish(events)
         await h.wait_for(lambda: len(receiver.requests) >= 15, timeout_s=40)
         got = receiver.requests
-        await h.wait_for(lambda: h.pipeline.dispatcher.settled_count >= 15, timeout_s=10)
+        await h.wait_for(lambda: h.settled_count() >= 15, timeout_s=10)
         attempts = await h.attempts()
     verifier = Webhook(sub.secrets[0].value)
     arrivals: dict[str, list[tuple[float, int, int]]] = {}
@@ -119,8 +119,9 @@ async def test_d5_d8_terminal_outcomes_are_dead_lettered_with_context(
     assert by_sub[subs["moved"].id].reason == "redirect_301"
     assert by_sub[subs["broken"].id].reason == "exhausted:http_500"
     assert by_sub[subs["broken"].id].attempts == 3  # 1 + one per tier of 1s,2s
-    assert by_sub[subs["broken"].id].delivery is not None
-    assert by_sub[subs["broken"].id].delivery.event.id.endswith("_1")
+    broken_delivery = by_sub[subs["broken"].id].delivery
+    assert broken_delivery is not None
+    assert broken_delivery.event.id.endswith("_1")
     assert not receiver.requests_to("/x"), "a redirect is never followed (D5)"
 
 
@@ -183,7 +184,7 @@ async def test_q2_poison_events_are_dead_lettered_and_routing_goes_on(
         await h.subscribe(url, ["*"])
         producer = Producer({"bootstrap.servers": settings.kafka_bootstrap})
         topic = settings.topic("events")
-        json_ct = [("content-type", b"application/json")]
+        json_ct: list[tuple[str, str | bytes | None]] = [("content-type", b"application/json")]
         producer.produce(topic, key=b"acme", value=b"\xc3\x01garbage")  # bad Avro
         producer.produce(topic, key=b"acme", value=b"{not json", headers=json_ct)
         producer.produce(topic, key=b"acme", value=b'{"id": "x"}', headers=json_ct)

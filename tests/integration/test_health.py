@@ -108,7 +108,9 @@ def test_h3_h5_two_workers_one_suspension_one_email_with_every_field(
     assert len(mails) == 2, subjects  # one early warning (at 2) and one suspension notice
     parsed = [email.message_from_bytes(m.data) for m in mails]
     notice = next(msg for msg in parsed if "suspended" in msg["Subject"].lower())
-    body = notice.get_payload(decode=True).decode()
+    payload = notice.get_payload(decode=True)
+    assert isinstance(payload, bytes)
+    body = payload.decode()
     needed = (
         url,
         sub.id,

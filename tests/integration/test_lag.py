@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from streams.adapters.lag import LagExporter, LagReader
 from streams.cli.lag import lag

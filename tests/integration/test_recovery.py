@@ -111,6 +111,7 @@ async def test_r2_backfill_is_bounded_by_suspension_and_retention_each_event_onc
     }  # fmt: skip
     assert got["/s1"] == Counter({delivery_id(e.id, sub1.id): 1 for e in batch_c})
     assert got["/s2"] == Counter({delivery_id(e.id, sub2.id): 1 for e in batch_b + batch_c})
+    assert progress is not None
     assert progress == {"job_id": progress["job_id"], "state": "finished", "done": 8, "total": 8}
 
 

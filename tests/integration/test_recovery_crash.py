@@ -60,7 +60,7 @@ async def test_r2_backfill_resumes_after_kill_9_without_restarting(
     await asyncio.to_thread(apply_topics, settings)
     sub = await asyncio.to_thread(create_subscription, settings, {"tenant_id": "acme", "url": url})
 
-    from tests.integration.recovery_support import _save  # the control agent's write (H3)
+    from streams.services.subscriptions import _save  # the control agent's write (H3)
 
     suspended = dataclasses.replace(
         sub, status=SubscriptionStatus.SUSPENDED, status_reason="auto_suspend:fatal:3",

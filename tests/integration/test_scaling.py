@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka.partitioner import murmur2  # type: ignore[import-untyped]
+from aiokafka.partitioner import murmur2
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -31,7 +31,7 @@ def test_p2_worker_app_builds_its_agents_consumer_with_the_fetch_settings(tmp_pa
             agent_fetch_wait="250ms",
         )
         app = create_app(settings, DEFAULT_COMPONENTS)
-        thread = app.consumer._thread
+        thread = cast(Any, app.consumer)._thread
         consumer = thread._create_worker_consumer(app.transport)
         try:
             return app.transport, thread, consumer

@@ -13,10 +13,10 @@ from urllib.parse import urlsplit
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streams.domain.breaker import origin_of
 from streams.domain.envelope import build_body
 from streams.domain.filters import matches, validate_event_type, validate_filter
 from streams.domain.models import Event, Secret
-from streams.domain.settle import origin_of
 from streams.domain.signing import sign, signature_header, verify
 from streams.domain.validation import FIELDS, MAX_TIMEOUT_S, validate_subscription
 from streams.errors import ValidationError
