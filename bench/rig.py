@@ -266,7 +266,6 @@ def latency_phase(rig: Rig, rate: float, seconds: float, warmup_s: float) -> dic
     producer = rig.producer()
     topic = rig.settings.topic("events")
     tick = 0.01
-    per_tick = max(1, round(rate * tick))
     sent: dict[str, float] = {}  # delivery id -> publish time (s)
     measured: set[str] = set()
     began = time.time()
@@ -277,7 +276,8 @@ def latency_phase(rig: Rig, rate: float, seconds: float, warmup_s: float) -> dic
         pause = due - time.time()
         if pause > 0:
             time.sleep(pause)
-        for _ in range(per_tick):
+        # as many as keep the total at rate x elapsed ticks: below 100/s most ticks send none
+        for _ in range(int(rate * (i + 1) * tick) - n):
             event = make_event(rig.run_id + "lat", n)
             n += 1
             now = time.time()
