@@ -32,6 +32,11 @@ NOT_FUZZED = (
 )
 
 
+# One worker: with two, schemathesis generates from two threads, and CPython 3.11.7's
+# ast.parse is not safe across threads ("AST constructor recursion depth mismatch",
+# python/cpython#106905, fixed in later
+# 3.11 releases). One worker takes about 100 s on the CI box.
+@pytest.mark.timeout(330)
 def test_no_server_errors(api_worker: ApiWorker, tmp_path: Path) -> None:
     """S2: every operation answers generated input with a 4xx or its documented status."""
     st = shutil.which("st", path=str(Path(sys.executable).parent)) or "st"
@@ -40,14 +45,14 @@ def test_no_server_errors(api_worker: ApiWorker, tmp_path: Path) -> None:
         "--header", f"Authorization: Bearer {ADMIN}",
         "--checks", "not_a_server_error",
         "--max-examples", str(MAX_EXAMPLES),
-        "--workers", "2",
+        "--workers", "1",
         # real HTTP sends, covered in test_api; and the documented 501s of features to come
         *(f"--exclude-operation-id={op}" for op in NOT_FUZZED),
         "--request-timeout", "20",
     ]  # fmt: skip
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "", "NO_COLOR": "1"}
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=150, env=env, cwd=tmp_path, check=False
+        command, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path, check=False
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
