@@ -34,8 +34,7 @@ NOT_FUZZED = (
 
 # One worker: with two, schemathesis generates from two threads, and CPython 3.11.7's
 # ast.parse is not safe across threads ("AST constructor recursion depth mismatch",
-# python/cpython#106905, fixed in later
-# 3.11 releases). One worker takes about 100 s on the CI box.
+# python/cpython#106905, fixed in later 3.11 releases). One worker takes about 110 s here.
 @pytest.mark.timeout(330)
 def test_no_server_errors(api_worker: ApiWorker, tmp_path: Path) -> None:
     """S2: every operation answers generated input with a 4xx or its documented status."""
