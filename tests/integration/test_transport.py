@@ -1,9 +1,10 @@
 """The HTTP transports against real local receivers on loopback (SPEC D5, Q3, §5).
 
-No broker is involved. Every D5 row that the transport is responsible for goes through both
-`AiohttpTransport` (the hot path) and `HttpxTransport` (the reference), which must keep one
-contract: statuses come back as responses (3xx never followed), everything below HTTP is a
-`TransportError` with the right `FailureKind`, and hostile receivers cost bounded time and memory.
+No broker is involved. Every D5 row that the transport is responsible for goes through
+`H1Transport` (the hot path), `AiohttpTransport` and `HttpxTransport` (the reference), which
+must keep one contract: statuses come back as responses (3xx never followed), everything below
+HTTP is a `TransportError` with the right `FailureKind`, and hostile receivers cost bounded time
+and memory.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -23,6 +25,7 @@ from streams.adapters.http import (
     HttpxTransport,
     Transport,
 )
+from streams.adapters.http1 import H1Transport
 from streams.domain.models import FailureKind
 from streams.errors import TransportError
 from tests.receivers import (
@@ -56,9 +59,20 @@ def post(url: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None
     )
 
 
-@pytest.fixture(params=["aiohttp", "httpx"])
+CLIENTS = ["h1", "aiohttp", "httpx"]
+
+
+def make_transport(client: str, **options: Any) -> Transport:
+    if client == "h1":
+        return H1Transport(**options)
+    if client == "aiohttp":
+        return AiohttpTransport(**options)
+    return HttpxTransport(**options)
+
+
+@pytest.fixture(params=CLIENTS)
 async def transport(request: pytest.FixtureRequest) -> AsyncIterator[Transport]:
-    chosen: Transport = AiohttpTransport() if request.param == "aiohttp" else HttpxTransport()
+    chosen = make_transport(request.param)
     yield chosen
     await chosen.aclose()
 
@@ -346,8 +360,9 @@ class _DnsDown(AbstractResolver):
         return None
 
 
-async def test_D5_temporary_dns_failure_through_resolver_hook() -> None:
-    transport = AiohttpTransport(resolver=_DnsDown())
+@pytest.mark.parametrize("client", ["h1", "aiohttp"])
+async def test_D5_temporary_dns_failure_through_resolver_hook(client: str) -> None:
+    transport = make_transport(client, resolver=_DnsDown())
     try:
         kind, _ = await failure_of(transport, post("http://endpoint.example.com/hook"))
     finally:
@@ -356,7 +371,7 @@ async def test_D5_temporary_dns_failure_through_resolver_hook() -> None:
     assert kind == FailureKind.DNS_TEMPORARY.value
 
 
-@pytest.mark.parametrize("client", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("client", CLIENTS)
 async def test_D5_self_signed_certificate_is_tls_invalid(
     receiver_factory: MakeReceiver, client: str
 ) -> None:
@@ -364,12 +379,8 @@ async def test_D5_self_signed_certificate_is_tls_invalid(
     url = receiver.route("/hook", Respond(200))
     assert receiver.tls is not None
     trusting = receiver.tls.client_context()
-    strict: Transport = AiohttpTransport() if client == "aiohttp" else HttpxTransport()
-    trusted: Transport = (
-        AiohttpTransport(ssl_context=trusting)
-        if client == "aiohttp"
-        else HttpxTransport(ssl_context=trusting)
-    )
+    strict = make_transport(client)
+    trusted = make_transport(client, ssl_context=trusting)
     try:
         kind, _ = await failure_of(strict, post(url))
         # The same server with its certificate trusted works: the failure above is the chain.

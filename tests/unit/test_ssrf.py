@@ -9,6 +9,7 @@ import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from streams.adapters.http import AiohttpTransport, HttpRequest
+from streams.adapters.http1 import H1Transport
 from streams.adapters.ssrf import GuardedResolver, GuardedTransport, check_destination
 from streams.domain.models import FailureKind
 from streams.domain.ssrf import blocked_reason, parse_networks
@@ -102,13 +103,22 @@ class RebindingResolver(AbstractResolver):
         return None
 
 
-async def test_dns_rebinding_is_refused_and_never_connects(receiver_factory: Any) -> None:
+CLIENTS: dict[str, type[H1Transport] | type[AiohttpTransport]] = {
+    "h1": H1Transport,
+    "aiohttp": AiohttpTransport,
+}
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_dns_rebinding_is_refused_and_never_connects(
+    receiver_factory: Any, client: str
+) -> None:
     """Q4: public when checked, private at delivery: refused, the receiver sees nothing."""
     receiver: Receiver = receiver_factory()
     inner = RebindingResolver()
     first = await inner.resolve("rebind.test", receiver.port)
     assert blocked_reason(first[0]["host"]) is None  # what the write-time check saw
-    transport = GuardedTransport(AiohttpTransport(resolver=GuardedResolver(inner=inner)))
+    transport = GuardedTransport(CLIENTS[client](resolver=GuardedResolver(inner=inner)))
     request = HttpRequest(f"http://rebind.test:{receiver.port}/hook", b"{}", {}, 5.0)
     try:
         with pytest.raises(TransportError) as caught:
@@ -120,10 +130,11 @@ async def test_dns_rebinding_is_refused_and_never_connects(receiver_factory: Any
     assert receiver.requests == []
 
 
-async def test_ip_literal_hosts_are_refused_too(receiver_factory: Any) -> None:
-    """Q4: aiohttp never resolves an IP literal, so the transport checks it itself."""
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_ip_literal_hosts_are_refused_too(receiver_factory: Any, client: str) -> None:
+    """Q4: neither client resolves an IP literal, so the guard checks it itself."""
     receiver: Receiver = receiver_factory()
-    transport = GuardedTransport(AiohttpTransport(resolver=GuardedResolver()))
+    transport = GuardedTransport(CLIENTS[client](resolver=GuardedResolver()))
     try:
         with pytest.raises(TransportError) as caught:
             await transport.send(HttpRequest(receiver.url("/x"), b"{}", {}, 5.0))
