@@ -33,6 +33,7 @@ from bench.nginx import Nginx, nginx_receiver
 from bench.report import RESULTS_DIR, append_row, fmt, machine, median_of, write_json
 from bench.rig import Rig, RigConfig, latency_phase, throughput_phase
 from streams.adapters.http import AiohttpTransport, Transport
+from streams.adapters.http1 import H1Transport
 
 SCENARIOS = ("throughput", "latency", "memory", "fanout", "smoke")
 SPEC_TARGETS = {
@@ -42,7 +43,7 @@ SPEC_TARGETS = {
     "fanout": "P7: cost grows with matching subscriptions, not the total (ratio ~1)",
     "smoke": "none: CI checks that the benchmark works",
 }
-#: The worker's aiohttp pool allows this many connections to one host (AiohttpTransport).
+#: The worker's pool allows this many connections to one host (either transport's default).
 PER_HOST = 64
 
 
@@ -50,12 +51,18 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
+def http_client() -> str:
+    """The worker's delivery client: the bench's environment sets it like the worker's."""
+    return os.environ.get("HOOKSTREAM_HTTP_CLIENT", "h1")
+
+
 def ceiling(receiver: Nginx, seconds: float) -> float:
-    """Requests/s of the hot-path transport alone, POSTing 1 KB bodies to the same nginx, on
-    the event loop the worker runs (uvloop)."""
+    """Requests/s of the worker's transport alone (`http_client`), POSTing 1 KB bodies to the
+    same nginx, on the event loop the worker runs (uvloop)."""
+    client = H1Transport if http_client() == "h1" else AiohttpTransport
 
     def make() -> Transport:
-        return AiohttpTransport(max_connections=PER_HOST, per_host_limit=PER_HOST)
+        return client(max_connections=PER_HOST, per_host_limit=PER_HOST)
 
     return uvloop.run(measure(make, receiver.url, PER_HOST, seconds))
 
@@ -116,6 +123,7 @@ def _profiled_run(
     seconds = max(2.0, min(args.profile_seconds, drain_s * 0.7))
     with Rig(rig_config(args, args.subs), receiver, work) as rig:
         assert rig.worker is not None
+        args.results_dir.mkdir(parents=True, exist_ok=True)
         out = args.results_dir / f"profile-{time.strftime('%Y%m%dT%H%M%S')}.txt"
         recorder = profile.start_recording(rig.worker.pid, seconds, out)
         if recorder is None:
@@ -345,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_before": load_before,
         "seconds": time.monotonic() - began,
         "config": config,
+        "http_client": http_client(),
         "spec_target": SPEC_TARGETS[args.scenario],
         **body,
     }

@@ -35,7 +35,16 @@ def start_recording(pid: int, seconds: float, out: Path) -> subprocess.Popen[byt
     if binary is None:
         return None
     command = [binary, "record", "--pid", str(pid), "--duration", str(max(1, int(seconds)))]
-    command += ["--rate", "100", "--threads", "--format", "raw", "--output", str(out)]
+    command += [
+        "--rate",
+        "100",
+        "--nonblocking",
+        "--threads",
+        "--format",
+        "raw",
+        "--output",
+        str(out),
+    ]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

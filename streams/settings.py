@@ -125,6 +125,13 @@ class Settings(BaseSettings):
         "origin_max_in_flight down to 1) when it answers 429, 5xx or timeouts or slows down, "
         "and raise it again as attempts succeed; false keeps the fixed limit.",
     )
+    http_client: str = Field(
+        "h1",
+        pattern=r"^(h1|aiohttp)$",
+        description="The delivery HTTP client: h1 (hookstream's keep-alive HTTP/1.1 client on "
+        "llhttp, about a third of aiohttp's CPU per request) or aiohttp. Both keep one "
+        "contract; see docs/benchmarks.md.",
+    )
     log_level: str = Field(
         "INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$", description="Log level."
     )

@@ -3,12 +3,13 @@
 - `check_destination` resolves a URL's host once, synchronously, and refuses it when any address
   is not allowed (`streams.domain.ssrf`). The subscription services call it before writing.
 - `GuardedResolver` is an aiohttp resolver: it resolves, then refuses the whole answer when any
-  address is not allowed. aiohttp connects only to the addresses a resolver returned, so the
-  addresses that were checked are the ones connected to: a name that answered with a public
-  address when the subscription was created and with a private one later (DNS rebinding) is
-  refused at delivery, before any connection is made.
-- `GuardedTransport` wraps a transport: it refuses URLs whose host is an IP literal (aiohttp
-  never asks a resolver about those) and reports the resolver's refusals as
+  address is not allowed. Both delivery clients (`H1Transport`, `AiohttpTransport`) connect
+  only to the addresses a resolver returned, so the addresses that were checked are the ones
+  connected to: a name that answered with a public address when the subscription was created
+  and with a private one later (DNS rebinding) is refused at delivery, before any connection
+  is made.
+- `GuardedTransport` wraps a transport: it refuses URLs whose host is an IP literal (neither
+  client asks a resolver about those) and reports the resolver's refusals as
   ``FailureKind.BLOCKED_DESTINATION``, a permanent outcome (D5).
 
 Setting ``HOOKSTREAM_ALLOW_PRIVATE_DESTINATIONS`` switches all of this off, for local development
@@ -27,6 +28,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
 from streams.adapters.http import AiohttpTransport, HttpRequest, HttpResponse, Transport
+from streams.adapters.http1 import H1Transport
 from streams.domain.models import FailureKind
 from streams.domain.ssrf import BLOCKED_DESTINATION, IPNetwork, blocked_reason, parse_networks
 from streams.errors import TransportError
@@ -167,11 +169,13 @@ def allowed_networks(settings: Settings) -> tuple[IPNetwork, ...]:
 
 
 def guarded_transport(settings: Settings, **transport_options: Any) -> Transport:
-    """The delivery transport with the SSRF guard on, unless private destinations are allowed."""
+    """The delivery transport (``http_client``) with the SSRF guard on, unless private
+    destinations are allowed."""
+    client = H1Transport if settings.http_client == "h1" else AiohttpTransport
     if settings.allow_private_destinations:
-        return AiohttpTransport(**transport_options)
+        return client(**transport_options)
     allowed = allowed_networks(settings)
-    inner = AiohttpTransport(resolver=GuardedResolver(allowed), **transport_options)
+    inner = client(resolver=GuardedResolver(allowed), **transport_options)
     return GuardedTransport(inner, allowed)
 
 

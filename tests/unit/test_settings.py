@@ -49,6 +49,7 @@ def test_x5_environment_is_read_with_the_prefix(monkeypatch: pytest.MonkeyPatch)
         ("HOOKSTREAM_LOG_LEVEL", "LOUD"),
         ("HOOKSTREAM_AGENT_FETCH_WAIT", "0s"),
         ("HOOKSTREAM_AGENT_FETCH_MIN_BYTES", "0"),
+        ("HOOKSTREAM_HTTP_CLIENT", "curl"),
     ],
 )
 def test_x5_bad_values_name_the_setting(
