@@ -87,6 +87,9 @@ BUFFER_PER_SLOT = 32
 # on, so a subscription whose deliveries pile up (a slow endpoint, a tenant out of fair slots)
 # does not keep every other partition's deliveries waiting in Kafka (F3, F7).
 PARTITION_SHARE = 8
+# While a partition is paused, its queued deliveries to slow or stalled origins are deferred
+# (FlowControl.shed_slow) at most this often.
+SHED_INTERVAL_S = 0.25
 
 
 def _breaker_changed(origin: str, old: BreakerState, new: BreakerState, at_ms: int) -> None:
@@ -154,6 +157,7 @@ class Dispatcher:
         self._timers: dict[TP, dict[int, asyncio.TimerHandle]] = {}
         self._paused: set[TP] = set()  # retry tiers waiting for their read-ahead to fire
         self._intake_paused: set[TP] = set()  # partitions holding their share of the buffer
+        self._next_shed = 0.0
         self._assigned: set[TP] = set()
         self._consumer: Consumer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -465,6 +469,7 @@ class Dispatcher:
         try:
             while not stop.is_set():
                 self._pace_partitions(consumer, partition_cap)
+                self._shed_slow()
                 if self._flow.busy >= buffer_cap:
                     await asyncio.sleep(0.01)  # intake waits; queues are bounded per subscription
                     continue
@@ -500,6 +505,15 @@ class Dispatcher:
                 self._intake_paused.add(tp)
                 backfill = tp[0] == self._settings.topic("backfill")
                 metrics.record_intake_paused("backfill" if backfill else "live")
+
+    def _shed_slow(self) -> None:
+        """A paused partition may be held by a slow origin's backlog: hand that back (F3)."""
+        if not self._intake_paused or time.monotonic() < self._next_shed:
+            return
+        self._next_shed = time.monotonic() + SHED_INTERVAL_S
+        shed = self._flow.shed_slow(set(self._intake_paused))
+        if shed:
+            log.info("deferred %d deliveries to slow endpoints out of paused partitions", shed)
 
     async def _commit_or_wait(self) -> None:
         """Too much is settled but not committed: commit before taking more; when Kafka cannot

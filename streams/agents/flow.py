@@ -19,9 +19,11 @@ A throttled delivery is delayed, never failed, and never counts toward health. A
 holds only a bounded queue in memory (`queue_cap`); beyond it, a subscription held back by a
 limit or by a slow origin has its deliveries deferred to a retry tier without an attempt
 (settled, so the partition's commits move on), which bounds both memory and how long one
-subscription can hold back a partition's commit position. A busy origin that answers quickly
-is not slow (its attempts end in well under `SLOW_ATTEMPT_S`), so the worker's intake waits for
-it instead of paying a Kafka round trip per deferred delivery.
+subscription can hold back a partition's commit position; and while a partition's intake is
+paused, `shed_slow` defers the queued deliveries of that partition whose origin is slow, so a
+hanging host cannot keep its partition's other subscriptions waiting. A busy origin that
+answers quickly is not slow (its attempts end in well under `SLOW_ATTEMPT_S`), so the worker's
+intake waits for it instead of paying a Kafka round trip per deferred delivery.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ class OriginGate:
             except asyncio.CancelledError:
                 if future.done() and not future.cancelled():
                     self._wake()  # woken and cancelled at once: wake the next one instead
-                else:
+                elif future in self._waiters:  # `_wake` may have dropped it already
                     self._waiters.remove(future)
                 raise
             if self.running < self.limit:
@@ -278,6 +280,38 @@ class FlowControl:
         if time.monotonic() - self._origin_done.get(flow.origin, 0.0) > STALL_S:
             return True
         return self._origin_latency.get(flow.origin, 0.0) >= SLOW_ATTEMPT_S
+
+    def shed_slow(self, tps: set[TP]) -> int:
+        """Defer, without an attempt, the deliveries queued from ``tps`` (partitions whose
+        intake is paused) of unthrottled subscriptions whose origin is slow or has stalled.
+
+        Such a backlog would otherwise keep its partition paused until the hanging attempts
+        time out, and with it every other subscription of that partition (F3). The deliveries
+        come back from a retry tier in a second, as a queue over its cap does. Returns how many
+        were deferred.
+        """
+        shed = 0
+        due_ms = int((self._clock() + 1.0) * 1000)
+        for sub_id, flow in self._flows.items():
+            if not flow.queue or not any(item[0] in tps for item in flow.queue):
+                continue
+            sub = self._lookup(sub_id)
+            if sub is None or sub.rate_limit is not None or sub.max_in_flight is not None:
+                continue  # a throttled queue is bounded and drained by its own limits
+            if not self._held_back(sub, flow):
+                continue
+            kept: deque[tuple[TP, int, Delivery]] = deque()
+            for tp, offset, delivery in flow.queue:
+                if tp not in tps:
+                    kept.append((tp, offset, delivery))
+                    continue
+                self.queued -= 1
+                self._release(tp)
+                self._defer(delivery, due_ms, "rate_limited")
+                self._settled(tp, offset)
+                shed += 1
+            flow.queue = kept
+        return shed
 
     def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)

@@ -70,8 +70,7 @@ async def test_f3_a_dead_endpoint_does_not_hold_the_others(
     dead_url = dead.route("/never", Silent())
     ok_url = healthy.route("/ok", Respond(200))
     settings = make_settings(**FAST, dispatch_concurrency=8, origin_max_in_flight=2)
-    # In different partitions of `routed`: within one partition the dead endpoint's backlog
-    # holds the partition's intake share until its attempts time out (docs/architecture.md).
+    # In different partitions of `routed` (the next test puts them in one)
     partitions = load_topology(settings).lane_partitions
     dead_id, ok_id = "sub_f3_dead", "sub_f3_ok"
     assert partition_of(dead_id, partitions) != partition_of(ok_id, partitions)
@@ -85,6 +84,45 @@ async def test_f3_a_dead_endpoint_does_not_hold_the_others(
         # with 8 slots and the dead origin capped at 2, the healthy endpoint gets its 40
         # deliveries long before the dead one's first timeouts (5 s) free any slot
         await h.wait_for(lambda: len(healthy.requests) >= 40, timeout_s=4.5)
+    assert len(dead.requests) <= 2 + 2, "the dead origin never held more than its cap"
+
+
+async def test_f3_a_dead_endpoint_does_not_hold_its_own_partition(
+    make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
+) -> None:
+    """F3 within one partition: the dead endpoint's backlog fills the partition's intake share
+    (4 x 8 = 32) and pauses it; once its origin has stalled (1 s without an attempt ending),
+    its queued deliveries are deferred to a retry tier, the partition is read again, and the
+    healthy subscription in the same partition gets its deliveries long before the dead
+    one's 5 s timeouts."""
+    dead = receiver_factory()
+    healthy = receiver_factory()
+    dead_url = dead.route("/never", Silent())
+    ok_url = healthy.route("/ok", Respond(200))
+    settings = make_settings(**FAST, dispatch_concurrency=8, origin_max_in_flight=2)
+    partitions = load_topology(settings).lane_partitions
+    dead_id, ok_id = "sub_f3_dead", "sub_f3_near6"
+    assert partition_of(dead_id, partitions) == partition_of(ok_id, partitions)
+    async with PipelineHarness(settings) as h:
+        await asyncio.to_thread(
+            create_subscription,
+            settings,
+            {"tenant_id": "acme", "url": dead_url, "filters": ["dead.*"], "timeout_s": 5.0},
+            subscription_id=dead_id,
+        )
+        await asyncio.to_thread(
+            create_subscription,
+            settings,
+            {"tenant_id": "acme", "url": ok_url, "filters": ["ok.*"]},
+            subscription_id=ok_id,
+        )
+        registry = h.pipeline.registry
+        await h.wait_for(lambda: all(registry.get(i) for i in (dead_id, ok_id)), 20)
+        # the dead endpoint's backlog first, then the healthy one's deliveries behind it
+        await h.publish([make_event("acme", "dead.created", n) for n in range(60)])
+        await h.wait_for(lambda: len(dead.requests) >= 2, timeout_s=10)
+        await h.publish([make_event("acme", "ok.created", n) for n in range(20)])
+        await h.wait_for(lambda: len(healthy.requests) >= 20, timeout_s=4.0)
     assert len(dead.requests) <= 2 + 2, "the dead origin never held more than its cap"
 
 

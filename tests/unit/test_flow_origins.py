@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from streams.agents import flow as flow_module
-from streams.agents.flow import Ended, FlowControl
+from streams.agents.flow import Ended, FlowControl, OriginGate
 from streams.domain.models import Delivery, Event, Secret, Subscription
 
 TP = ("routed", 0)
@@ -146,3 +146,52 @@ async def test_f7_held_counts_each_partitions_unsettled_deliveries(
     recorder.release.set()
     await recorder.wait_settled(range(2))
     assert control.held == {}
+
+
+async def test_f3_a_paused_partition_is_freed_of_a_stalled_origins_backlog(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`shed_slow`: a backlog far below the queue cap still holds its partition's intake share;
+    once the origin has stalled, the backlog queued from the paused partitions goes back to a
+    retry tier (settled, no attempt), while other partitions and healthy origins keep theirs."""
+    monkeypatch.setattr(flow_module, "STALL_S", 0.2)
+    dead = _sub("sub_dead", "https://dead.example/hook")
+    slow_ok = _sub("sub_ok", "https://ok.example/hook")
+    recorder = Recorder(hang={dead.id}, seconds=0.02)
+    control = _control(recorder, {dead.id: dead, slow_ok.id: slow_ok}, origin_cap=2)
+    paused, other = ("routed", 3), ("routed", 4)
+    for offset in range(30):  # 2 hang, 28 queue: nowhere near the queue cap of 256
+        control.submit(paused, offset, _delivery(dead, offset), dead)
+    for offset in range(30, 40):
+        control.submit(other, offset, _delivery(dead, offset), dead)
+    for offset in range(100, 140):  # an origin that answers, in the paused partition
+        control.submit(paused, offset, _delivery(slow_ok, offset), slow_ok)
+    await asyncio.sleep(0)
+
+    assert control.shed_slow({paused}) == 0  # nothing has stalled yet
+    await asyncio.sleep(0.3)  # no attempt to the dead origin has ended for longer than STALL_S
+    shed = control.shed_slow({paused})
+
+    assert shed == 28  # the dead origin's queued deliveries from the paused partition
+    assert control.held[other] == 10  # another partition's backlog is not touched
+    assert set(recorder.deferred).isdisjoint(recorder.attempted)
+    assert all(d.startswith("dlv_sub_dead_") for d in recorder.deferred)
+    await recorder.wait_settled(range(100, 140))  # the answering origin's all went out
+    assert control.held[paused] == 2  # only the dead origin's 2 hanging attempts
+    recorder.release.set()
+    await control.drain(1.0)
+
+
+async def test_f3_an_origin_waiter_cancelled_after_its_slot_was_passed_on_stays_cancelled() -> None:
+    """Shutdown cancels pumps waiting at an origin's gate; a release in between may already
+    have dropped the cancelled waiter. The pump must end cancelled, not with a ValueError."""
+    gate = OriginGate(1, adaptive=False)
+    await gate.acquire()
+    waiter = asyncio.ensure_future(gate.acquire())
+    await asyncio.sleep(0)  # waiting for the one slot
+    waiter.cancel()  # its future is cancelled at once ...
+    gate.release()  # ... and the release drops it before the pump sees the cancellation
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert gate.running == 0
+    await asyncio.wait_for(gate.acquire(), 1.0)  # the slot is free for the next one
