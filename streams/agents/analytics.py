@@ -2,9 +2,8 @@
 
 The agent reads `attempts` (one record per HTTP attempt, keyed by subscription id) in batches
 (`BATCH_MAX` records or `BATCH_WITHIN_S`, whichever comes first) and folds each subscription's
-records with the pure ``streams.domain.analytics.fold``, `FOLD_SLICE` records at a time with
-the event loop free in between: a slice costs one read and one write per subscription and
-window it touches, not per record.
+records with the pure ``streams.domain.analytics.fold``: a batch costs one read and one write
+per subscription and window it touches, not per record.
 
 Two plain changelog tables, co-partitioned with `attempts` (``lane_partitions`` partitions):
 
@@ -69,11 +68,6 @@ PEER_TIMEOUT_S: Final = 10.0
 #: A batch: this many attempt records, or what arrived within this many seconds.
 BATCH_MAX: Final = 5000
 BATCH_WITHIN_S: Final = 1.0
-#: A batch is folded this many records at a time, yielding to the event loop in between: a
-#: record costs about 60 µs to decode and fold, so a second's batch folded at once would stop
-#: every delivery for tens of milliseconds. The price is at most one more table write per
-#: subscription and window for every FOLD_SLICE records (docs/benchmarks.md, section 13).
-FOLD_SLICE = 32
 #: Seconds a client should wait before asking again while partitions move.
 RETRY_AFTER_S: Final = "1"
 RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
@@ -301,8 +295,5 @@ def analytics_component(app: Any, settings: Settings) -> None:
         # Faust acknowledges a batch after the body, whatever happens inside it (Q2): failures
         # are handled per record and per subscription in `apply_batch`.
         async for events in stream.take_events(BATCH_MAX, BATCH_WITHIN_S):
-            for start in range(0, len(events), FOLD_SLICE):
-                if start:
-                    await asyncio.sleep(0)  # let deliveries run between slices
-                # faust has no public way to pick the partition of a table write in a batch
-                store.apply_batch(events[start : start + FOLD_SLICE], stream._set_current_event)
+            # faust has no public way to pick the partition of a table write in a batch
+            store.apply_batch(events, stream._set_current_event)
