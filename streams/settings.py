@@ -36,6 +36,7 @@ DURATION_FIELDS: Final = (
     "breaker_cooldown",
     "breaker_max_cooldown",
     "agent_fetch_wait",
+    "producer_linger",
 )
 
 
@@ -118,6 +119,13 @@ class Settings(BaseSettings):
         le=30,
         description="Longest a fetch of the Faust agents' consumer waits for "
         "agent_fetch_min_bytes: the most it adds to the agents' reaction time.",
+    )
+    producer_linger: float = Field(
+        0.001,
+        gt=0,
+        le=5,
+        description="How long hookstream's Kafka producers wait to batch records before "
+        "sending (linger.ms): every delivery waits this long once, for its routed record.",
     )
     adaptive_concurrency: bool = Field(
         True,

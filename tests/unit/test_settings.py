@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from streams.adapters.kafka_clients import producer_config
 from streams.errors import ConfigError
 from streams.settings import load_settings, settings_reference
 
@@ -50,6 +51,7 @@ def test_x5_environment_is_read_with_the_prefix(monkeypatch: pytest.MonkeyPatch)
         ("HOOKSTREAM_AGENT_FETCH_WAIT", "0s"),
         ("HOOKSTREAM_AGENT_FETCH_MIN_BYTES", "0"),
         ("HOOKSTREAM_HTTP_CLIENT", "curl"),
+        ("HOOKSTREAM_PRODUCER_LINGER", "1h"),
     ],
 )
 def test_x5_bad_values_name_the_setting(
@@ -75,3 +77,10 @@ def test_x5_secrets_are_masked() -> None:
 
 def test_x5_configuration_doc_is_generated_from_the_fields() -> None:
     assert DOC.read_text() == settings_reference(), "run: hookstream config settings --markdown"
+
+
+def test_p2_producers_linger_as_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """P2: every delivery waits for one producer linger (its routed record)."""
+    assert producer_config(load_settings())["linger.ms"] == 1.0  # the default: 1 ms
+    monkeypatch.setenv("HOOKSTREAM_PRODUCER_LINGER", "20ms")
+    assert producer_config(load_settings())["linger.ms"] == 20.0
