@@ -32,8 +32,9 @@ from bench.http_clients import measure
 from bench.nginx import Nginx, nginx_receiver
 from bench.report import RESULTS_DIR, append_row, fmt, machine, median_of, write_json
 from bench.rig import Rig, RigConfig, latency_phase, throughput_phase
-from streams.adapters.http import AiohttpTransport, Transport
-from streams.adapters.http1 import H1Transport
+from streams.adapters.http import Transport
+from streams.adapters.ssrf import DELIVERY_CLIENTS
+from streams.settings import Settings
 
 SCENARIOS = ("throughput", "latency", "memory", "fanout", "smoke")
 SPEC_TARGETS = {
@@ -53,13 +54,14 @@ def say(text: str) -> None:
 
 def http_client() -> str:
     """The worker's delivery client: the bench's environment sets it like the worker's."""
-    return os.environ.get("HOOKSTREAM_HTTP_CLIENT", "h1")
+    default: str = Settings.model_fields["http_client"].default
+    return os.environ.get("HOOKSTREAM_HTTP_CLIENT", default)
 
 
 def ceiling(receiver: Nginx, seconds: float) -> float:
     """Requests/s of the worker's transport alone (`http_client`), POSTing 1 KB bodies to the
     same nginx, on the event loop the worker runs (uvloop)."""
-    client = H1Transport if http_client() == "h1" else AiohttpTransport
+    client = DELIVERY_CLIENTS[http_client()]
 
     def make() -> Transport:
         return client(max_connections=PER_HOST, per_host_limit=PER_HOST)

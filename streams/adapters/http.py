@@ -23,6 +23,7 @@ request's timeout.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import ssl
 from collections.abc import Callable, Mapping, Sequence
@@ -76,6 +77,20 @@ class Transport(Protocol):
     async def send(self, request: HttpRequest) -> HttpResponse: ...
 
     async def aclose(self) -> None: ...
+
+
+def check_body_caps(body_cap: int, excerpt_bytes: int) -> None:
+    """Every transport reads at most ``body_cap`` bytes and keeps ``excerpt_bytes`` of them."""
+    if body_cap < excerpt_bytes or excerpt_bytes < 0:
+        raise ValueError("body_cap must be at least excerpt_bytes, and both non-negative")
+
+
+def ip_literal(host: str) -> str | None:
+    """``host`` as a normalised IP address when it is one (brackets allowed), else None."""
+    try:
+        return str(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        return None
 
 
 def _os_kind(exc: BaseException) -> FailureKind | None:
@@ -172,8 +187,7 @@ class AiohttpTransport:
         ssl_context: ssl.SSLContext | None = None,
         resolver: AbstractResolver | None = None,
     ) -> None:
-        if body_cap < excerpt_bytes or excerpt_bytes < 0:
-            raise ValueError("body_cap must be at least excerpt_bytes, and both non-negative")
+        check_body_caps(body_cap, excerpt_bytes)
         self._max_connections = max_connections
         self._per_host_limit = per_host_limit
         self._keepalive_s = keepalive_s
@@ -291,8 +305,7 @@ class HttpxTransport:
         excerpt_bytes: int = DEFAULT_EXCERPT_BYTES,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        if body_cap < excerpt_bytes or excerpt_bytes < 0:
-            raise ValueError("body_cap must be at least excerpt_bytes, and both non-negative")
+        check_body_caps(body_cap, excerpt_bytes)
         self._body_cap = body_cap
         self._excerpt_bytes = excerpt_bytes
         self._client = httpx.AsyncClient(

@@ -49,6 +49,8 @@ from streams.adapters.http import (
     HttpResponse,
     _failure,
     _os_kind,
+    check_body_caps,
+    ip_literal,
 )
 from streams.domain.models import FailureKind
 from streams.errors import TransportError
@@ -230,8 +232,7 @@ class H1Transport:
         ssl_context: ssl.SSLContext | None = None,
         resolver: AbstractResolver | None = None,
     ) -> None:
-        if body_cap < excerpt_bytes or excerpt_bytes < 0:
-            raise ValueError("body_cap must be at least excerpt_bytes, and both non-negative")
+        check_body_caps(body_cap, excerpt_bytes)
         if max_connections < 1 or per_host_limit < 1:
             raise ValueError("max_connections and per_host_limit must be at least 1")
         self._per_host_limit = per_host_limit
@@ -369,7 +370,7 @@ class H1Transport:
         raise last or OSError(f"no address to connect to for {host}")
 
     async def _addresses(self, host: str, port: int) -> list[str]:
-        literal = _literal(host)
+        literal = ip_literal(host)
         if literal is not None:
             return [literal]
         key = (host, port)
@@ -400,14 +401,6 @@ class H1Transport:
             self._urls[request.url] = target
         origin, start = target
         return origin, start + _header_block(request.headers, len(request.body))
-
-
-def _literal(host: str) -> str | None:
-    try:
-        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host)
-    except OSError:
-        return None
-    return host
 
 
 def _target(url: str) -> tuple[Origin, bytes]:

@@ -18,7 +18,6 @@ and tests; `guard_transport` is then the identity.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,7 +26,13 @@ from urllib.parse import urlsplit
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
-from streams.adapters.http import AiohttpTransport, HttpRequest, HttpResponse, Transport
+from streams.adapters.http import (
+    AiohttpTransport,
+    HttpRequest,
+    HttpResponse,
+    Transport,
+    ip_literal,
+)
 from streams.adapters.http1 import H1Transport
 from streams.domain.models import FailureKind
 from streams.domain.ssrf import BLOCKED_DESTINATION, IPNetwork, blocked_reason, parse_networks
@@ -38,6 +43,11 @@ from streams.settings import Settings
 HostLookup = Callable[[str, int], list[str]]
 
 _LITERAL_CACHE_SIZE = 4096
+#: The delivery clients, by the name ``HOOKSTREAM_HTTP_CLIENT`` gives them.
+DELIVERY_CLIENTS: dict[str, type[H1Transport] | type[AiohttpTransport]] = {
+    "h1": H1Transport,
+    "aiohttp": AiohttpTransport,
+}
 
 
 class BlockedDestinationError(OSError):
@@ -56,13 +66,6 @@ def system_lookup(host: str, port: int) -> list[str]:
     return [str(info[4][0]) for info in infos]
 
 
-def _literal(host: str) -> str | None:
-    try:
-        return str(ipaddress.ip_address(host.strip("[]")))
-    except ValueError:
-        return None
-
-
 def check_destination(
     url: str, allowed: Sequence[IPNetwork] = (), lookup: HostLookup = system_lookup
 ) -> str | None:
@@ -72,7 +75,7 @@ def check_destination(
     """
     parts = urlsplit(url)
     host = parts.hostname or ""
-    literal = _literal(host)
+    literal = ip_literal(host)
     if literal is not None:
         addresses = [literal]
     else:
@@ -138,7 +141,7 @@ class GuardedTransport:
         if url in self._literals:
             return self._literals[url]
         host = urlsplit(url).hostname or ""
-        literal = _literal(host)
+        literal = ip_literal(host)
         reason = None if literal is None else blocked_reason(literal, self._allowed)
         if len(self._literals) >= _LITERAL_CACHE_SIZE:
             self._literals.clear()
@@ -171,7 +174,7 @@ def allowed_networks(settings: Settings) -> tuple[IPNetwork, ...]:
 def guarded_transport(settings: Settings, **transport_options: Any) -> Transport:
     """The delivery transport (``http_client``) with the SSRF guard on, unless private
     destinations are allowed."""
-    client = H1Transport if settings.http_client == "h1" else AiohttpTransport
+    client = DELIVERY_CLIENTS[settings.http_client]
     if settings.allow_private_destinations:
         return client(**transport_options)
     allowed = allowed_networks(settings)

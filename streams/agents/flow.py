@@ -246,11 +246,8 @@ class FlowControl:
                 due_ms = int(flow.deferred_until * 1000)
             elif sub.max_in_flight is None:
                 shed = [flow.queue.pop() for _ in range(len(flow.queue) - self._origin_cap)]
-                self.queued -= len(shed)
-                for held_tp, held_offset, held in reversed(shed):
-                    self._release(held_tp)
-                    self._defer(held, due_ms, "rate_limited")
-                    self._settled(held_tp, held_offset)
+                for item in reversed(shed):
+                    self._hand_back(item, due_ms)
             self._defer(delivery, due_ms, "rate_limited")
             self._settled(tp, offset)
             return
@@ -293,7 +290,7 @@ class FlowControl:
         shed = 0
         due_ms = int((self._clock() + 1.0) * 1000)
         for sub_id, flow in self._flows.items():
-            if not flow.queue or not any(item[0] in tps for item in flow.queue):
+            if not flow.queue:
                 continue
             sub = self._lookup(sub_id)
             if sub is None or sub.rate_limit is not None or sub.max_in_flight is not None:
@@ -301,17 +298,22 @@ class FlowControl:
             if not self._held_back(sub, flow):
                 continue
             kept: deque[tuple[TP, int, Delivery]] = deque()
-            for tp, offset, delivery in flow.queue:
-                if tp not in tps:
-                    kept.append((tp, offset, delivery))
-                    continue
-                self.queued -= 1
-                self._release(tp)
-                self._defer(delivery, due_ms, "rate_limited")
-                self._settled(tp, offset)
-                shed += 1
+            for item in flow.queue:
+                if item[0] in tps:
+                    self._hand_back(item, due_ms)
+                    shed += 1
+                else:
+                    kept.append(item)
             flow.queue = kept
         return shed
+
+    def _hand_back(self, item: tuple[TP, int, Delivery], due_ms: int) -> None:
+        """A queued delivery goes back to a retry tier without an attempt, and is settled."""
+        tp, offset, delivery = item
+        self.queued -= 1
+        self._release(tp)
+        self._defer(delivery, due_ms, "rate_limited")
+        self._settled(tp, offset)
 
     def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)

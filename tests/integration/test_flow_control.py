@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -62,6 +63,14 @@ async def test_f2_retry_after_holds_the_subscriptions_next_deliveries(
     assert all(r.at >= first.at + 1.95 for r in later), [round(r.at - first.at, 2) for r in later]
 
 
+async def _subscribe(h: PipelineHarness, subscriptions: dict[str, dict[str, Any]]) -> None:
+    """Create each subscription (id -> fields) and wait until the pipeline's registry has all."""
+    for sub_id, data in subscriptions.items():
+        await asyncio.to_thread(create_subscription, h.settings, data, subscription_id=sub_id)
+    registry = h.pipeline.registry
+    await h.wait_for(lambda: all(registry.get(i) for i in subscriptions), 20)
+
+
 async def test_f3_a_dead_endpoint_does_not_hold_the_others(
     make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
 ) -> None:
@@ -75,11 +84,13 @@ async def test_f3_a_dead_endpoint_does_not_hold_the_others(
     dead_id, ok_id = "sub_f3_dead", "sub_f3_ok"
     assert partition_of(dead_id, partitions) != partition_of(ok_id, partitions)
     async with PipelineHarness(settings) as h:
-        for sub_id, url, extra in ((dead_id, dead_url, {"timeout_s": 5.0}), (ok_id, ok_url, {})):
-            data = {"tenant_id": "acme", "url": url, "filters": ["*"], **extra}
-            await asyncio.to_thread(create_subscription, settings, data, subscription_id=sub_id)
-        registry = h.pipeline.registry
-        await h.wait_for(lambda: all(registry.get(i) for i in (dead_id, ok_id)), 20)
+        await _subscribe(
+            h,
+            {
+                dead_id: {"tenant_id": "acme", "url": dead_url, "filters": ["*"], "timeout_s": 5.0},
+                ok_id: {"tenant_id": "acme", "url": ok_url, "filters": ["*"]},
+            },
+        )
         await h.publish([make_event("acme", "order.created", n) for n in range(40)])
         # with 8 slots and the dead origin capped at 2, the healthy endpoint gets its 40
         # deliveries long before the dead one's first timeouts (5 s) free any slot
@@ -104,20 +115,18 @@ async def test_f3_a_dead_endpoint_does_not_hold_its_own_partition(
     dead_id, ok_id = "sub_f3_dead", "sub_f3_near6"
     assert partition_of(dead_id, partitions) == partition_of(ok_id, partitions)
     async with PipelineHarness(settings) as h:
-        await asyncio.to_thread(
-            create_subscription,
-            settings,
-            {"tenant_id": "acme", "url": dead_url, "filters": ["dead.*"], "timeout_s": 5.0},
-            subscription_id=dead_id,
+        await _subscribe(
+            h,
+            {
+                dead_id: {
+                    "tenant_id": "acme",
+                    "url": dead_url,
+                    "filters": ["dead.*"],
+                    "timeout_s": 5.0,
+                },
+                ok_id: {"tenant_id": "acme", "url": ok_url, "filters": ["ok.*"]},
+            },
         )
-        await asyncio.to_thread(
-            create_subscription,
-            settings,
-            {"tenant_id": "acme", "url": ok_url, "filters": ["ok.*"]},
-            subscription_id=ok_id,
-        )
-        registry = h.pipeline.registry
-        await h.wait_for(lambda: all(registry.get(i) for i in (dead_id, ok_id)), 20)
         # the dead endpoint's backlog first, then the healthy one's deliveries behind it
         await h.publish([make_event("acme", "dead.created", n) for n in range(60)])
         await h.wait_for(lambda: len(dead.requests) >= 2, timeout_s=10)
@@ -144,11 +153,13 @@ async def test_f7_a_tenant_out_of_slots_does_not_keep_another_partitions_deliver
     big_id, small_id = "sub_f7_big", "sub_f7_small"
     assert partition_of(big_id, partitions) != partition_of(small_id, partitions)
     async with PipelineHarness(settings) as h:
-        for sub_id, tenant, url in ((big_id, "big", big_url), (small_id, "small", small_url)):
-            data = {"tenant_id": tenant, "url": url, "filters": [f"{tenant}.*"]}
-            await asyncio.to_thread(create_subscription, settings, data, subscription_id=sub_id)
-        await h.wait_for(lambda: h.pipeline.registry.get(small_id) is not None, 20)
-        await h.wait_for(lambda: h.pipeline.registry.get(big_id) is not None, 20)
+        await _subscribe(
+            h,
+            {
+                big_id: {"tenant_id": "big", "url": big_url, "filters": ["big.*"]},
+                small_id: {"tenant_id": "small", "url": small_url, "filters": ["small.*"]},
+            },
+        )
         await h.publish([make_event("big", "big.created", n) for n in range(300)])
         await h.wait_for(lambda: len(slow.requests) >= 8, timeout_s=30)  # the backlog is there
         await h.publish([make_event("small", "small.created", n) for n in range(5)])

@@ -8,9 +8,13 @@ from typing import Any
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from streams.adapters.http import AiohttpTransport, HttpRequest
-from streams.adapters.http1 import H1Transport
-from streams.adapters.ssrf import GuardedResolver, GuardedTransport, check_destination
+from streams.adapters.http import HttpRequest
+from streams.adapters.ssrf import (
+    DELIVERY_CLIENTS,
+    GuardedResolver,
+    GuardedTransport,
+    check_destination,
+)
 from streams.domain.models import FailureKind
 from streams.domain.ssrf import blocked_reason, parse_networks
 from streams.errors import TransportError, ValidationError
@@ -103,13 +107,7 @@ class RebindingResolver(AbstractResolver):
         return None
 
 
-CLIENTS: dict[str, type[H1Transport] | type[AiohttpTransport]] = {
-    "h1": H1Transport,
-    "aiohttp": AiohttpTransport,
-}
-
-
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("client", DELIVERY_CLIENTS)
 async def test_dns_rebinding_is_refused_and_never_connects(
     receiver_factory: Any, client: str
 ) -> None:
@@ -118,7 +116,7 @@ async def test_dns_rebinding_is_refused_and_never_connects(
     inner = RebindingResolver()
     first = await inner.resolve("rebind.test", receiver.port)
     assert blocked_reason(first[0]["host"]) is None  # what the write-time check saw
-    transport = GuardedTransport(CLIENTS[client](resolver=GuardedResolver(inner=inner)))
+    transport = GuardedTransport(DELIVERY_CLIENTS[client](resolver=GuardedResolver(inner=inner)))
     request = HttpRequest(f"http://rebind.test:{receiver.port}/hook", b"{}", {}, 5.0)
     try:
         with pytest.raises(TransportError) as caught:
@@ -130,11 +128,11 @@ async def test_dns_rebinding_is_refused_and_never_connects(
     assert receiver.requests == []
 
 
-@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("client", DELIVERY_CLIENTS)
 async def test_ip_literal_hosts_are_refused_too(receiver_factory: Any, client: str) -> None:
     """Q4: neither client resolves an IP literal, so the guard checks it itself."""
     receiver: Receiver = receiver_factory()
-    transport = GuardedTransport(CLIENTS[client](resolver=GuardedResolver()))
+    transport = GuardedTransport(DELIVERY_CLIENTS[client](resolver=GuardedResolver()))
     try:
         with pytest.raises(TransportError) as caught:
             await transport.send(HttpRequest(receiver.url("/x"), b"{}", {}, 5.0))
