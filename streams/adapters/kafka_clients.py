@@ -8,19 +8,15 @@ lanes commit positions themselves, only after records are settled (D1).
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Coroutine
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from streams.errors import HookstreamError
 from streams.settings import Settings
-
-log = logging.getLogger(__name__)
 
 
 class KafkaIOError(HookstreamError):
@@ -257,49 +253,3 @@ def watermarks(
             if not retriable or time.monotonic() > deadline:
                 raise KafkaIOError(f"cannot read offsets of {topic}: {exc}") from exc
             time.sleep(0.2)
-
-
-class CommitInBackground:
-    """A lane's interval commit, run beside its intake instead of in line with it.
-
-    A commit waits for Kafka: the dispatcher's flushes the lane's produced records and then
-    commits, the router's commits. Here that took 7-11 ms at the median and up to 60 ms under
-    load; awaited in line every 200 ms, it stopped the lane's reading for that long, and every
-    record arriving meanwhile waited it out (docs/benchmarks.md, section 15). At most one
-    commit is in flight. One that fails is logged; its positions are not marked committed, so
-    the next commit carries them (a lane that must stop on a failure checks before it starts
-    one, on the event loop).
-    """
-
-    def __init__(self, lane: str) -> None:
-        self._lane = lane
-        self._task: asyncio.Task[None] | None = None
-
-    @property
-    def running(self) -> bool:
-        self._reap()
-        return self._task is not None
-
-    def start(self, commit: Coroutine[Any, Any, None]) -> None:
-        """Run ``commit`` in the background; the caller checks `running` first."""
-        if self.running:
-            commit.close()
-            raise RuntimeError(f"a {self._lane} commit is already in flight")
-        self._task = asyncio.create_task(commit, name=f"hookstream-{self._lane}-commit")
-
-    async def wait(self) -> None:
-        """Wait for the commit in flight, if any: before a commit in line, or at shutdown."""
-        if self._task is not None:
-            await asyncio.wait([self._task])
-            self._reap()
-
-    def _reap(self) -> None:
-        task = self._task
-        if task is None or not task.done():
-            return
-        self._task = None
-        error = None if task.cancelled() else task.exception()
-        if error is not None:
-            log.warning(
-                "%s commit failed; the next one carries its positions: %s", self._lane, error
-            )

@@ -24,7 +24,6 @@ from streams import metrics
 from streams.adapters import codec
 from streams.adapters.http import Transport
 from streams.adapters.kafka_clients import (
-    CommitInBackground,
     commit,
     coordinates,
     make_consumer,
@@ -144,9 +143,6 @@ class Dispatcher:
         self._pending: dict[str, int] = {}
         self._committed_count = 0  # settled_count as of the last successful commit
         self._lock = threading.Lock()  # tracker access from rebalance callbacks
-        # a background commit and the revoke callback's commit, one at a time
-        self._commit_lock = threading.Lock()
-        self._commits = CommitInBackground("dispatch")
         self._flow = FlowControl(
             slots=settings.dispatch_concurrency,
             origin_max_in_flight=settings.origin_max_in_flight,
@@ -215,10 +211,6 @@ class Dispatcher:
         )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        with self._commit_lock:  # a background commit of older positions lands first
-            self._revoke(consumer, partitions)
-
-    def _revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in partitions]
         # Let attempts already under way on these partitions finish and settle first (one
         # deadline), so their offsets are committed and the new owner does not send them again.
@@ -457,20 +449,10 @@ class Dispatcher:
             return
         await self._outbox.flush()
         assert self._consumer is not None
-        loop = asyncio.get_running_loop()
-        done = await loop.run_in_executor(None, self._commit_assigned, self._consumer, positions)
+        await asyncio.get_running_loop().run_in_executor(None, commit, self._consumer, positions)
         with self._lock:
-            self._tracker.mark_committed(done)
+            self._tracker.mark_committed(positions)
         self._committed_count = settled
-
-    def _commit_assigned(self, consumer: Consumer, positions: dict[TP, int]) -> dict[TP, int]:
-        """Commit the positions of partitions still assigned: one revoked while this commit
-        waited was committed by the revoke, and an older position must not overwrite it."""
-        with self._commit_lock:
-            with self._lock:
-                mine = {tp: pos for tp, pos in positions.items() if tp in self._assigned}
-            commit(consumer, mine)
-            return mine
 
     async def run(self, stop: asyncio.Event) -> None:
         """Dispatch until ``stop`` is set, then finish in-flight attempts and commit."""
@@ -492,7 +474,6 @@ class Dispatcher:
                     await asyncio.sleep(0.01)  # intake waits; queues are bounded per subscription
                     continue
                 if self.settled_count - self._committed_count >= uncommitted_cap:
-                    await self._commits.wait()
                     await self._commit_or_wait()
                     last_commit = time.monotonic()
                     continue
@@ -502,11 +483,8 @@ class Dispatcher:
                         self._take(msg)
                     else:
                         log.warning("dispatch consumer error: %s", msg.error())
-                if (
-                    time.monotonic() - last_commit >= COMMIT_INTERVAL_S
-                    and not self._commits.running
-                ):
-                    self._commits.start(self._commit())  # intake goes on meanwhile
+                if time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
+                    await self._commit()
                     last_commit = time.monotonic()
         finally:
             await self._shutdown(consumer)
@@ -552,7 +530,6 @@ class Dispatcher:
         for tp in list(self._timers):
             self._cancel_timers([tp])
         await self._flow.drain(deadline_s)
-        await self._commits.wait()
         try:
             await self._commit()
         finally:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable
 
@@ -21,9 +20,7 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from streams import metrics
 from streams.adapters import codec
 from streams.adapters.kafka_clients import (
-    TP,
     BatchAcks,
-    CommitInBackground,
     commit,
     coordinates,
     header,
@@ -56,11 +53,6 @@ class Router:
         self._producer = producer
         self._clock = clock
         self._acks = BatchAcks()
-        # acknowledged positions not committed yet, and one commit at a time: a background
-        # one, or the revoke callback's
-        self._to_commit: dict[TP, int] = {}
-        self._commit_lock = threading.Lock()
-        self._commits = CommitInBackground("router")
         self._archive = settings.topic("archive")
         self._routed = settings.topic("routed")
         self._dlq = settings.topic("dlq")
@@ -140,41 +132,19 @@ class Router:
             self._acks.seal(positions)
             metrics.record_routed(events, deliveries)
 
-    def _committable(self) -> dict[TP, int]:
-        """The positions to commit now. Raises `KafkaIOError` once a produce failed, on the
-        event loop, so the lane stops there (D1)."""
-        self._to_commit.update(self._acks.committable())
-        return dict(self._to_commit)
-
-    async def _commit(self, consumer: Consumer, positions: dict[TP, int]) -> None:
+    async def _commit(self, consumer: Consumer) -> None:
+        positions = self._acks.committable()
         if positions:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, self._commit_now, consumer, positions)
-
-    def _commit_now(self, consumer: Consumer, positions: dict[TP, int]) -> None:
-        with self._commit_lock:
-            # a partition revoked meanwhile was committed by the revoke, and a newer position
-            # goes with the next commit: neither is overwritten with this older one
-            mine = {tp: pos for tp, pos in positions.items() if self._to_commit.get(tp) == pos}
-            commit(consumer, mine)
-            for tp, pos in mine.items():
-                if self._to_commit.get(tp) == pos:
-                    del self._to_commit[tp]
+            await asyncio.get_running_loop().run_in_executor(None, commit, consumer, positions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Commit what is acked before the partitions go; forget the rest (at-least-once)."""
-        with self._commit_lock:
-            try:
-                self._producer.flush(10)
-                self._to_commit.update(self._acks.committable())
-                commit(consumer, self._to_commit)
-                self._to_commit.clear()
-            except Exception as exc:  # the new owner replays from the last commit
-                log.warning("router commit on revoke failed: %s", exc)
-            revoked = [(p.topic, p.partition) for p in partitions]
-            self._acks.forget(revoked)
-            for tp in revoked:
-                self._to_commit.pop(tp, None)
+        try:
+            self._producer.flush(10)
+            commit(consumer, self._acks.committable())
+        except Exception as exc:  # the new owner replays from the last commit
+            log.warning("router commit on revoke failed: %s", exc)
+        self._acks.forget([(p.topic, p.partition) for p in partitions])
 
     async def run(self, stop: asyncio.Event) -> None:
         """Route until ``stop`` is set. Waits for the registry to be current first.
@@ -197,17 +167,12 @@ class Router:
                 else:
                     self._route_batch(await loop.run_in_executor(None, take, consumer, batch, 0.1))
                 self._producer.poll(0)  # serve delivery reports
-                if (
-                    time.monotonic() - last_commit >= COMMIT_INTERVAL_S
-                    and not self._commits.running
-                ):
-                    # routing goes on while Kafka takes the commit
-                    self._commits.start(self._commit(consumer, self._committable()))
+                if time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
+                    await self._commit(consumer)
                     last_commit = time.monotonic()
         finally:
             try:
                 await loop.run_in_executor(None, self._producer.flush, 30)
-                await self._commits.wait()
-                await self._commit(consumer, self._committable())
+                await self._commit(consumer)
             finally:
                 await loop.run_in_executor(None, consumer.close)
