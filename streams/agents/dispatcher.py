@@ -212,6 +212,13 @@ class Dispatcher:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         tps = [(p.topic, p.partition) for p in partitions]
+        # librdkafka keeps a partition paused across a rebalance that hands it back to this
+        # worker, while the pause bookkeeping goes with the partition (`_cancel_timers`): lift
+        # the pauses here, or such a partition would never be read again (D1)
+        try:
+            consumer.resume(partitions)
+        except KafkaException as exc:
+            log.warning("revoked partitions not resumed: %s", exc)
         # Let attempts already under way on these partitions finish and settle first (one
         # deadline), so their offsets are committed and the new owner does not send them again.
         deadline = time.monotonic() + REVOKE_GRACE_S

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer
 
 from streams.adapters.kafka_admin import load_topology
+from streams.adapters.kafka_clients import consumer_config
 from streams.agents.analytics import partition_of
 from streams.domain.models import DeliveryState
 from streams.services.subscriptions import create_subscription
@@ -166,6 +169,42 @@ async def test_f7_a_tenant_out_of_slots_does_not_keep_another_partitions_deliver
         await h.wait_for(lambda: len(fast.requests) >= 5, timeout_s=60)
         big_before_small = len(slow.requests)
     assert big_before_small < 100, f"{big_before_small} of the big tenant's came first"
+
+
+async def test_d1_a_paused_partition_is_read_again_after_a_rebalance_gives_it_back(
+    make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
+) -> None:
+    """D1, F3: the intake pause of a partition holding its share of the buffer must not
+    outlive a rebalance. librdkafka keeps a paused partition paused when the group hands it
+    back to the same consumer, while the dispatcher forgets its pauses with the revoke; without
+    lifting them the partition is never read again and its deliveries wait forever (seen in
+    the chaos run). Another member joins the dispatch group while the partition is paused and
+    leaves again; every delivery must still arrive."""
+    receiver = receiver_factory()
+    url = receiver.route("/slow", Respond(200, delay_s=0.05))
+    settings = make_settings(**FAST, dispatch_concurrency=2)
+    events = 300
+    async with PipelineHarness(settings) as h:
+        dispatcher = h.pipeline.dispatcher
+        assert dispatcher is not None
+        await h.subscribe(url, ["*"])
+        await h.publish([make_event("acme", "order.created", n) for n in range(events)])
+        await h.wait_for(lambda: bool(dispatcher._intake_paused), timeout_s=30)
+        await asyncio.to_thread(_join_and_leave, settings)
+        await h.wait_for(lambda: len(receiver.requests_to("/slow")) >= events, timeout_s=120)
+
+
+def _join_and_leave(settings: Settings) -> None:
+    """Join the dispatch group (taking some partitions for a moment) and leave it."""
+    consumer = Consumer(consumer_config(settings, "dispatch", **{"client.id": "interloper"}))
+    consumer.subscribe([settings.topic("routed")])
+    try:
+        deadline = time.monotonic() + 60
+        while not consumer.assignment():
+            assert time.monotonic() < deadline, "the interloper was never given a partition"
+            consumer.poll(0.1)
+    finally:
+        consumer.close()  # leaves without committing: the dispatcher reads all of it again
 
 
 async def _overflows_of_first_attempts(
