@@ -8,6 +8,7 @@ lanes commit positions themselves, only after records are settled (D1).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import deque
@@ -18,9 +19,16 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from streams.errors import HookstreamError
 from streams.settings import Settings
 
+log = logging.getLogger(__name__)
+
 
 class KafkaIOError(HookstreamError):
     """A produce or commit failed in a way the lane cannot settle."""
+
+
+class ProduceError(KafkaIOError):
+    """Kafka did not take a record a lane produced: the lane stops short of committing past it,
+    and whoever reads its partitions next does the work again (D1)."""
 
 
 def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
@@ -86,7 +94,7 @@ TP = tuple[str, int]
 class _Batch:
     """The records one consumed batch caused to be produced, and how many Kafka has acked."""
 
-    __slots__ = ("acked", "error", "lock", "positions", "produced", "sealed")
+    __slots__ = ("acked", "error", "lock", "mark", "positions", "produced", "sealed")
 
     def __init__(self, lock: threading.Lock) -> None:
         self.lock = lock
@@ -94,6 +102,7 @@ class _Batch:
         self.acked = 0  # delivery reports, from whichever thread serves the producer
         self.error: str | None = None
         self.positions: dict[TP, int] = {}
+        self.mark = 0
         self.sealed = False
 
     def __call__(self, err: KafkaError | None, _msg: Any) -> None:
@@ -128,10 +137,13 @@ class BatchAcks:
         batch.produced += 1
         produce(producer, topic, key, value, on_delivery=batch)
 
-    def seal(self, positions: dict[TP, int]) -> None:
-        """Close the current batch: ``positions`` are committable once its records are acked."""
+    def seal(self, positions: dict[TP, int], mark: int = 0) -> None:
+        """Close the current batch: ``positions`` are committable once its records are acked.
+
+        ``mark`` is the caller's progress count as of these positions (`committable_marked`)."""
         batch, self._open = self._open, _Batch(self._lock)
         batch.positions = positions
+        batch.mark = mark
         batch.sealed = True
         self._batches.append(batch)
 
@@ -145,21 +157,147 @@ class BatchAcks:
 
         Raises `KafkaIOError` once a produce of the leading batch has failed.
         """
+        return self.committable_marked()[0]
+
+    def committable_marked(self) -> tuple[dict[TP, int], int]:
+        """`committable`, and the highest mark among the batches it removed (0 if none)."""
         positions: dict[TP, int] = {}
+        mark = 0
         while self._batches:
             head = self._batches[0]
             if head.error is not None:
-                raise KafkaIOError(f"produce failed: {head.error}")
+                raise ProduceError(f"produce failed: {head.error}")
             if not head.done:
                 break
-            positions.update(self._batches.popleft().positions)
-        return positions
+            self._batches.popleft()
+            positions.update(head.positions)
+            mark = max(mark, head.mark)
+        return positions, mark
+
+    def raise_failed(self) -> None:
+        """Raise `KafkaIOError` if any record produced so far has failed."""
+        for batch in (*self._batches, self._open):
+            if batch.error is not None:
+                raise ProduceError(f"produce failed: {batch.error}")
 
     def forget(self, partitions: list[TP]) -> None:
         """Drop revoked partitions from the batches still waiting: their new owner has them."""
         for batch in self._batches:
             for tp in partitions:
                 batch.positions.pop(tp, None)
+
+
+#: Sends an `AsyncCommitter` remembers until Kafka answers them.
+SENT_KEPT = 64
+
+
+class AsyncCommitter:
+    """A lane's commits, sent without waiting for Kafka's answer.
+
+    A synchronous commit awaited in line stopped a lane's reading for 7-11 ms at the median
+    and up to 60 ms, every commit interval (docs/benchmarks.md, section 15). Here `send` hands
+    the positions to librdkafka, which sends commits in the order they were made, and returns;
+    the answer comes back through the consumer's ``on_commit`` callback (`on_commit`), served
+    by the lane's own next ``consume``. Positions stay *pending* until an answer confirms them,
+    and every `send` carries all pending positions, so one refused commit is carried by the
+    next and an idle partition is not left behind. No lock is held across a Kafka call.
+
+    ``mark`` is the lane's own progress count as of the positions sent (the dispatcher's
+    settled deliveries); `confirmed_mark` is the highest mark whose positions Kafka has all
+    taken, for a lane that bounds how much may be settled and not committed (Q1).
+    """
+
+    def __init__(self, lane: str) -> None:
+        self._lane = lane
+        self._lock = threading.Lock()
+        self._pending: dict[TP, int] = {}
+        self._confirmed: dict[TP, int] = {}
+        # every send carries all pending positions, so a later one covers the earlier ones:
+        # dropping the oldest (Kafka away for long) only delays `confirmed_mark`
+        self._sent: deque[tuple[dict[TP, int], int]] = deque(maxlen=SENT_KEPT)
+        self.confirmed_mark = 0
+        self.failures = 0
+
+    @property
+    def pending(self) -> dict[TP, int]:
+        """Positions sent or to be sent that Kafka has not confirmed yet."""
+        with self._lock:
+            return dict(self._pending)
+
+    def add(self, positions: dict[TP, int]) -> dict[TP, int]:
+        """Make ``positions`` pending (for a synchronous commit); returns all pending ones."""
+        with self._lock:
+            self._pending.update(positions)
+            return dict(self._pending)
+
+    def send(self, consumer: Consumer, positions: dict[TP, int], mark: int = 0) -> None:
+        """Commit ``positions`` and every earlier position not confirmed yet, without waiting."""
+        with self._lock:
+            self._pending.update(positions)
+            if not self._pending:
+                self.confirmed_mark = max(self.confirmed_mark, mark)
+                return
+            self._sent.append((dict(self._pending), mark))
+            offsets = [TopicPartition(t, p, o) for (t, p), o in self._pending.items()]
+        try:
+            consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as exc:  # the positions stay pending: the next send carries them
+            self._refused(str(exc))
+
+    def on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """The consumer's ``on_commit`` callback: confirm what Kafka took."""
+        refused: list[str] = []
+        with self._lock:
+            for tp in partitions:
+                if tp.error is not None or tp.offset < 0:
+                    if tp.error is not None:
+                        refused.append(f"{tp.topic}[{tp.partition}]: {tp.error}")
+                    continue
+                self._took((tp.topic, tp.partition), tp.offset)
+            self._settle_sent()
+        if err is not None or refused:
+            self._refused(str(err) if err is not None else "; ".join(refused[:3]))
+
+    def confirm(self, positions: dict[TP, int], mark: int) -> None:
+        """Record a synchronous commit of ``positions`` that Kafka took."""
+        with self._lock:
+            for key, offset in positions.items():
+                self._took(key, offset)
+            self.confirmed_mark = max(self.confirmed_mark, mark)
+            self._settle_sent()
+
+    def forget(self, partitions: list[TP]) -> None:
+        """Drop revoked partitions: the revoke's own commit or their new owner covers them."""
+        with self._lock:
+            for tp in partitions:
+                self._pending.pop(tp, None)
+                self._confirmed.pop(tp, None)
+                for positions, _mark in self._sent:
+                    positions.pop(tp, None)
+            self._settle_sent()
+
+    def _took(self, tp: TP, offset: int) -> None:
+        """Kafka holds ``offset`` for ``tp`` (called under the lock)."""
+        if offset > self._confirmed.get(tp, -1):
+            self._confirmed[tp] = offset
+        if self._pending.get(tp, offset + 1) <= offset:
+            del self._pending[tp]
+
+    def _settle_sent(self) -> None:
+        """Retire the sends whose positions are all confirmed (called under the lock)."""
+        kept: deque[tuple[dict[TP, int], int]] = deque(maxlen=SENT_KEPT)
+        for positions, mark in self._sent:
+            if any(self._confirmed.get(tp, -1) < pos for tp, pos in positions.items()):
+                kept.append((positions, mark))
+            else:
+                self.confirmed_mark = max(self.confirmed_mark, mark)
+        self._sent = kept
+
+    def _refused(self, error: str) -> None:
+        self.failures += 1
+        log.warning(
+            "%s commit refused; the next commit carries its positions: %s", self._lane, error
+        )
 
 
 async def flush(producer: Producer, tracker: ProduceTracker, timeout_s: float = 30.0) -> None:

@@ -24,6 +24,8 @@ from streams import metrics
 from streams.adapters import codec
 from streams.adapters.http import Transport
 from streams.adapters.kafka_clients import (
+    AsyncCommitter,
+    ProduceError,
     commit,
     coordinates,
     make_consumer,
@@ -141,7 +143,7 @@ class Dispatcher:
         # router's replay lands right behind the original) is not sent alongside it
         self._pending_at: dict[TP, dict[int, str]] = {}
         self._pending: dict[str, int] = {}
-        self._committed_count = 0  # settled_count as of the last successful commit
+        self._committer = AsyncCommitter("dispatch")
         self._lock = threading.Lock()  # tracker access from rebalance callbacks
         self._flow = FlowControl(
             slots=settings.dispatch_concurrency,
@@ -233,6 +235,9 @@ class Dispatcher:
                 commit(consumer, positions)
         except Exception as exc:  # the new owner replays from the last commit: at-least-once
             log.warning("commit on revoke failed: %s", exc)
+        # the dispatcher's coroutine is inside `take` now: it touches neither of these meanwhile
+        self._outbox.forget(tps)
+        self._committer.forget(tps)
         loop = self._loop
         if loop is not None:
             loop.call_soon_threadsafe(self._cancel_timers, tps)
@@ -447,25 +452,48 @@ class Dispatcher:
         )
 
     # --- the loop -------------------------------------------------------------------------
-    async def _commit(self) -> None:
+    def _commit_soon(self, consumer: Consumer, seal: bool) -> None:
+        """Commit without waiting: with ``seal``, close what was settled so far in the outbox;
+        then send the positions of the closed batches whose records Kafka has acknowledged.
+
+        Kafka's answer arrives through the consumer's ``on_commit`` (`AsyncCommitter`) during a
+        later ``take``; intake never stops for it. Runs only in the lane's own coroutine, so a
+        rebalance callback (inside ``take``) never runs halfway through it.
+        """
+        if seal:
+            with self._lock:
+                positions = self._tracker.to_commit()
+                self._tracker.mark_committed(positions)  # pending in the committer until taken
+                settled = self.settled_count
+            self._outbox.seal(positions, settled)
+        ready, mark = self._outbox.committable()
+        if ready or mark:
+            self._committer.send(consumer, ready, mark)
+
+    async def _commit_now(self) -> None:
+        """Flush and commit everything settled, and wait for Kafka to take it (the intake is
+        at its cap of settled-but-uncommitted deliveries, or the lane is stopping)."""
+        consumer = self._consumer
+        assert consumer is not None
         with self._lock:
             positions = self._tracker.to_commit()
-            settled = self.settled_count
-        if not positions:
-            self._committed_count = settled
-            return
-        await self._outbox.flush()
-        assert self._consumer is not None
-        await asyncio.get_running_loop().run_in_executor(None, commit, self._consumer, positions)
-        with self._lock:
             self._tracker.mark_committed(positions)
-        self._committed_count = settled
+            settled = self.settled_count
+        self._outbox.seal(positions, settled)
+        await self._outbox.flush()
+        ready, mark = self._outbox.committable()  # every batch: all of them are acknowledged
+        ready = self._committer.add(ready)  # still pending if the commit fails
+        if ready:
+            await asyncio.get_running_loop().run_in_executor(None, commit, consumer, ready)
+        self._committer.confirm(ready, max(mark, settled))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Dispatch until ``stop`` is set, then finish in-flight attempts and commit."""
         await self._registry.ready.wait()
         loop = self._loop = asyncio.get_running_loop()
-        consumer = self._consumer = make_consumer(self._settings, "dispatch")
+        consumer = self._consumer = make_consumer(
+            self._settings, "dispatch", on_commit=self._committer.on_commit
+        )
         consumer.subscribe(self._lanes, on_assign=self._on_assign, on_revoke=self._on_revoke)
         buffer_cap = self._settings.dispatch_concurrency * BUFFER_PER_SLOT
         partition_cap = max(1, buffer_cap // PARTITION_SHARE)
@@ -480,7 +508,7 @@ class Dispatcher:
                 if self._flow.busy >= buffer_cap:
                     await asyncio.sleep(0.01)  # intake waits; queues are bounded per subscription
                     continue
-                if self.settled_count - self._committed_count >= uncommitted_cap:
+                if self.settled_count - self._committer.confirmed_mark >= uncommitted_cap:
                     await self._commit_or_wait()
                     last_commit = time.monotonic()
                     continue
@@ -490,8 +518,10 @@ class Dispatcher:
                         self._take(msg)
                     else:
                         log.warning("dispatch consumer error: %s", msg.error())
-                if time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
-                    await self._commit()
+                self._producer.poll(0)  # serve delivery reports: they make batches committable
+                seal = time.monotonic() - last_commit >= COMMIT_INTERVAL_S
+                self._commit_soon(consumer, seal)
+                if seal:
                     last_commit = time.monotonic()
         finally:
             await self._shutdown(consumer)
@@ -526,7 +556,9 @@ class Dispatcher:
         """Too much is settled but not committed: commit before taking more; when Kafka cannot
         take the commit, wait, so an outage costs at most that much sent twice (Q1)."""
         try:
-            await self._commit()
+            await self._commit_now()
+        except ProduceError:
+            raise
         except HookstreamError as exc:
             log.warning("commit failed, intake waits: %s", exc)
             await asyncio.sleep(0.5)
@@ -538,6 +570,6 @@ class Dispatcher:
             self._cancel_timers([tp])
         await self._flow.drain(deadline_s)
         try:
-            await self._commit()
+            await self._commit_now()
         finally:
             await loop.run_in_executor(None, consumer.close)

@@ -5,19 +5,24 @@ letters and health outcomes. Health outcomes are aggregated per subscription bet
 (SPEC §5: each extra Faust event per delivery costs half the hot path's budget): consecutive
 successes of one subscription collapse into the latest one, which moves the health record
 exactly as the whole run would (a success resets it), while every failure is kept in order.
-`flush` writes the buffered outcomes, then waits until Kafka has acknowledged every record, so
-the caller may commit the offsets of the deliveries settled so far (D1).
+
+Two ways to commit after it (D1). `seal` writes the buffered outcomes and closes the records
+produced so far under the positions settled so far; `committable` then hands back the positions
+of the sealed batches Kafka has acknowledged, in order, without waiting for anyone. `flush`
+writes the buffered outcomes and waits until Kafka has acknowledged every record, so the caller
+may commit everything settled so far (at a rebalance and at shutdown).
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 from confluent_kafka import Producer
 
 from streams import metrics
 from streams.adapters import codec
-from streams.adapters.kafka_clients import ProduceTracker, flush, produce
+from streams.adapters.kafka_clients import TP, BatchAcks, KafkaIOError
 from streams.domain.durations import format_duration
 from streams.domain.models import DeadLetter, Delivery, HealthOutcome, OutcomeClass
 from streams.domain.settle import Settlement
@@ -34,13 +39,13 @@ class Outbox:
         self._attempts = settings.topic("attempts")
         self._dlq = settings.topic("dlq")
         self._health = settings.topic("health")
-        self._acks = ProduceTracker()
+        self._acks = BatchAcks()
         self._pending_health: list[HealthOutcome] = []
         self._last_success: dict[str, int] = {}  # subscription -> index of its trailing success
         self.health_written = 0
 
     def _send(self, topic: str, key: str, value: bytes) -> None:
-        produce(self._producer, topic, key, value, on_delivery=self._acks)
+        self._acks.produce(self._producer, topic, key, value)
 
     def settle(self, outcome: Settlement) -> None:
         """Write what one attempt decided: its ledger entry and its consequence."""
@@ -85,11 +90,33 @@ class Outbox:
             del self._last_success[sub_id]
         self._pending_health.append(outcome)
 
-    async def flush(self) -> None:
-        """Write buffered health outcomes, then wait for every record to be acknowledged."""
+    def _write_health(self) -> None:
         for outcome in self._pending_health:
             self._send(self._health, outcome.subscription_id, codec.encode(outcome))
         self.health_written += len(self._pending_health)
         self._pending_health.clear()
         self._last_success.clear()
-        await flush(self._producer, self._acks)
+
+    def seal(self, positions: dict[TP, int], mark: int) -> None:
+        """Write buffered health outcomes and close the records produced so far: ``positions``
+        (with the caller's ``mark``) become committable once Kafka has acknowledged them all."""
+        self._write_health()
+        self._acks.seal(positions, mark)
+
+    def committable(self) -> tuple[dict[TP, int], int]:
+        """Positions of the leading sealed batches Kafka has acknowledged, and the highest mark
+        among them; raises `KafkaIOError` once a produce of the leading batch has failed."""
+        return self._acks.committable_marked()
+
+    def forget(self, partitions: list[TP]) -> None:
+        """Drop revoked partitions' positions from the sealed batches still waiting."""
+        self._acks.forget(partitions)
+
+    async def flush(self, timeout_s: float = 30.0) -> None:
+        """Write buffered health outcomes, then wait for every record to be acknowledged."""
+        self._write_health()
+        loop = asyncio.get_running_loop()
+        remaining = await loop.run_in_executor(None, self._producer.flush, timeout_s)
+        if remaining:
+            raise KafkaIOError(f"{remaining} records still unacknowledged after {timeout_s}s")
+        self._acks.raise_failed()

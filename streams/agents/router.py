@@ -3,9 +3,10 @@
 Batches are read and routed one after another while Kafka acknowledges the records of earlier
 ones; every `COMMIT_INTERVAL_S` the positions of the batches whose records are all acknowledged
 are committed, so an offset never moves past an event whose archive and routed records are not
-confirmed (D1). An event that cannot be decoded goes to `dlq` with its reason and raw bytes,
-and routing goes on (Q2). Matching goes through the registry's index, so its cost grows with
-the matching subscriptions, not with all of them (P7).
+confirmed (D1). Those commits are sent without waiting for Kafka's answer (`AsyncCommitter`):
+reading never stops for one. An event that cannot be decoded goes to `dlq` with its reason and
+raw bytes, and routing goes on (Q2). Matching goes through the registry's index, so its cost
+grows with the matching subscriptions, not with all of them (P7).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from streams import metrics
 from streams.adapters import codec
 from streams.adapters.kafka_clients import (
+    AsyncCommitter,
     BatchAcks,
     commit,
     coordinates,
@@ -53,6 +55,7 @@ class Router:
         self._producer = producer
         self._clock = clock
         self._acks = BatchAcks()
+        self._committer = AsyncCommitter("router")
         self._archive = settings.topic("archive")
         self._routed = settings.topic("routed")
         self._dlq = settings.topic("dlq")
@@ -132,19 +135,32 @@ class Router:
             self._acks.seal(positions)
             metrics.record_routed(events, deliveries)
 
-    async def _commit(self, consumer: Consumer) -> None:
+    def _commit_soon(self, consumer: Consumer) -> None:
+        """Commit the acked batches' positions without waiting for Kafka's answer."""
         positions = self._acks.committable()
+        if positions or self._committer.pending:
+            self._committer.send(consumer, positions)
+
+    async def _commit_now(self, consumer: Consumer) -> None:
+        """Commit every acked position and wait for Kafka to take it (at shutdown)."""
+        positions = self._committer.add(self._acks.committable())
         if positions:
             await asyncio.get_running_loop().run_in_executor(None, commit, consumer, positions)
+            self._committer.confirm(positions, 0)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Commit what is acked before the partitions go; forget the rest (at-least-once)."""
+        """Commit what is acked before the partitions go; forget the rest (at-least-once).
+
+        Runs inside the lane's own ``consume``, so no commit of the lane is being made on the
+        event loop meanwhile; librdkafka sends this one after those already sent."""
+        tps = [(p.topic, p.partition) for p in partitions]
         try:
             self._producer.flush(10)
-            commit(consumer, self._acks.committable())
+            commit(consumer, {**self._committer.pending, **self._acks.committable()})
         except Exception as exc:  # the new owner replays from the last commit
             log.warning("router commit on revoke failed: %s", exc)
-        self._acks.forget([(p.topic, p.partition) for p in partitions])
+        self._acks.forget(tps)
+        self._committer.forget(tps)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Route until ``stop`` is set. Waits for the registry to be current first.
@@ -155,7 +171,7 @@ class Router:
         """
         await self._registry.ready.wait()
         loop = asyncio.get_running_loop()
-        consumer = make_consumer(self._settings, "router")
+        consumer = make_consumer(self._settings, "router", on_commit=self._committer.on_commit)
         consumer.subscribe([self._settings.topic("events")], on_revoke=self._on_revoke)
         batch = self._settings.dispatch_batch_size
         max_unacked = batch * UNACKED_BATCHES
@@ -168,11 +184,11 @@ class Router:
                     self._route_batch(await loop.run_in_executor(None, take, consumer, batch, 0.1))
                 self._producer.poll(0)  # serve delivery reports
                 if time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
-                    await self._commit(consumer)
+                    self._commit_soon(consumer)
                     last_commit = time.monotonic()
         finally:
             try:
                 await loop.run_in_executor(None, self._producer.flush, 30)
-                await self._commit(consumer)
+                await self._commit_now(consumer)
             finally:
                 await loop.run_in_executor(None, consumer.close)
