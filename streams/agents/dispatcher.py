@@ -505,6 +505,12 @@ class Dispatcher:
             while not stop.is_set():
                 self._pace_partitions(consumer, partition_cap)
                 self._shed_slow()
+                # commits go on while intake waits, so a full buffer does not hold them back
+                self._producer.poll(0)  # serve delivery reports: they make batches committable
+                seal = time.monotonic() - last_commit >= COMMIT_INTERVAL_S
+                self._commit_soon(consumer, seal)
+                if seal:
+                    last_commit = time.monotonic()
                 if self._flow.busy >= buffer_cap:
                     await asyncio.sleep(0.01)  # intake waits; queues are bounded per subscription
                     continue
@@ -518,11 +524,6 @@ class Dispatcher:
                         self._take(msg)
                     else:
                         log.warning("dispatch consumer error: %s", msg.error())
-                self._producer.poll(0)  # serve delivery reports: they make batches committable
-                seal = time.monotonic() - last_commit >= COMMIT_INTERVAL_S
-                self._commit_soon(consumer, seal)
-                if seal:
-                    last_commit = time.monotonic()
         finally:
             await self._shutdown(consumer)
 
