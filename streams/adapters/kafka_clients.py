@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -321,17 +322,32 @@ def produce(producer: Producer, topic: str, key: str, value: bytes, **kwargs: An
             producer.poll(0.05)
 
 
-def take(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:
+def take(
+    consumer: Consumer,
+    max_records: int,
+    timeout_s: float,
+    rebalances: Callable[[], int] | None = None,
+) -> list[Message]:
     """Up to ``max_records`` records, waiting at most ``timeout_s`` for the first one only.
 
     ``Consumer.consume(n, timeout)`` waits until it has n records or the timeout ends, so at a
     low rate every record would wait out the timeout. Here a lane blocks until one record is
     there, then takes whatever else is already fetched without waiting.
+
+    The second read can serve a rebalance queued behind the first record. That record then
+    belongs to an assignment that has ended, even if the partition came straight back: counted
+    under the new one, it would move the partition's commit position past the records the new
+    assignment has yet to read again (D1). ``rebalances`` (a count the lane's rebalance
+    callbacks raise) tells; the record is dropped, and the new assignment reads it again.
     """
     first: list[Message] = consumer.consume(1, timeout_s)
     if not first or max_records <= 1:
         return first
-    return first + consumer.consume(max_records - 1, 0)
+    before = rebalances() if rebalances is not None else 0
+    rest: list[Message] = consumer.consume(max_records - 1, 0)
+    if rebalances is not None and rebalances() != before:
+        return rest
+    return first + rest
 
 
 def commit(consumer: Consumer, positions: dict[tuple[str, int], int]) -> None:

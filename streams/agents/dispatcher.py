@@ -144,6 +144,7 @@ class Dispatcher:
         self._pending_at: dict[TP, dict[int, str]] = {}
         self._pending: dict[str, int] = {}
         self._committer = AsyncCommitter("dispatch")
+        self._rebalances = 0  # raised by the rebalance callbacks (see `take`)
         self._lock = threading.Lock()  # tracker access from rebalance callbacks
         self._flow = FlowControl(
             slots=settings.dispatch_concurrency,
@@ -166,7 +167,11 @@ class Dispatcher:
         self.settled_count = 0
 
     # --- rebalance ------------------------------------------------------------------------
+    def _rebalance_count(self) -> int:
+        return self._rebalances
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
         self._recall_successes(self._recallable(consumer, partitions))
         with self._lock:
             self._assigned.update((p.topic, p.partition) for p in partitions)
@@ -213,6 +218,7 @@ class Dispatcher:
         )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
         tps = [(p.topic, p.partition) for p in partitions]
         # librdkafka keeps a partition paused across a rebalance that hands it back to this
         # worker, while the pause bookkeeping goes with the partition (`_cancel_timers`): lift
@@ -518,7 +524,9 @@ class Dispatcher:
                     await self._commit_or_wait()
                     last_commit = time.monotonic()
                     continue
-                msgs = await loop.run_in_executor(None, take, consumer, batch, 0.05)
+                msgs = await loop.run_in_executor(
+                    None, take, consumer, batch, 0.05, self._rebalance_count
+                )
                 for msg in msgs:
                     if msg.error() is None:
                         self._take(msg)

@@ -56,6 +56,7 @@ class Router:
         self._clock = clock
         self._acks = BatchAcks()
         self._committer = AsyncCommitter("router")
+        self._rebalances = 0  # raised by the rebalance callbacks (see `take`)
         self._archive = settings.topic("archive")
         self._routed = settings.topic("routed")
         self._dlq = settings.topic("dlq")
@@ -148,11 +149,18 @@ class Router:
             await asyncio.get_running_loop().run_in_executor(None, commit, consumer, positions)
             self._committer.confirm(positions, 0)
 
+    def _rebalance_count(self) -> int:
+        return self._rebalances
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
+
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Commit what is acked before the partitions go; forget the rest (at-least-once).
 
         Runs inside the lane's own ``consume``, so no commit of the lane is being made on the
         event loop meanwhile; librdkafka sends this one after those already sent."""
+        self._rebalances += 1
         tps = [(p.topic, p.partition) for p in partitions]
         try:
             self._producer.flush(10)
@@ -172,7 +180,9 @@ class Router:
         await self._registry.ready.wait()
         loop = asyncio.get_running_loop()
         consumer = make_consumer(self._settings, "router", on_commit=self._committer.on_commit)
-        consumer.subscribe([self._settings.topic("events")], on_revoke=self._on_revoke)
+        consumer.subscribe(
+            [self._settings.topic("events")], on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
         batch = self._settings.dispatch_batch_size
         max_unacked = batch * UNACKED_BATCHES
         last_commit = time.monotonic()
@@ -181,7 +191,10 @@ class Router:
                 if self._acks.unacked >= max_unacked:
                     await loop.run_in_executor(None, self._producer.poll, 0.05)
                 else:
-                    self._route_batch(await loop.run_in_executor(None, take, consumer, batch, 0.1))
+                    msgs = await loop.run_in_executor(
+                        None, take, consumer, batch, 0.1, self._rebalance_count
+                    )
+                    self._route_batch(msgs)
                 self._producer.poll(0)  # serve delivery reports
                 if time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
                     self._commit_soon(consumer)
