@@ -68,3 +68,22 @@ def make_settings(
         return load_settings(**values)
 
     yield factory
+
+
+@pytest.fixture
+def make_topic(kafka_bootstrap: str) -> Iterator[Callable[[str, int], str]]:
+    """Factory of topics on the real broker (name, partitions) -> name; deleted afterwards."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    made: list[str] = []
+
+    def factory(name: str, partitions: int) -> str:
+        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+        made.append(name)
+        return name
+
+    yield factory
+    for name in made:
+        admin.delete_topics([name])[name].result(30)

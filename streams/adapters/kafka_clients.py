@@ -88,6 +88,12 @@ class ProduceTracker:
         if err is not None:
             self.failed.append(str(err))
 
+    def raise_failed(self) -> None:
+        """Raise `ProduceError` if a record failed since the last call, forgetting them."""
+        if self.failed:
+            errors, self.failed = self.failed[:3], []
+            raise ProduceError(f"produce failed: {'; '.join(errors)}")
+
 
 TP = tuple[str, int]
 
@@ -176,7 +182,7 @@ class BatchAcks:
         return positions, mark
 
     def raise_failed(self) -> None:
-        """Raise `KafkaIOError` if any record produced so far has failed."""
+        """Raise `ProduceError` if any record produced so far has failed."""
         for batch in (*self._batches, self._open):
             if batch.error is not None:
                 raise ProduceError(f"produce failed: {batch.error}")
@@ -259,6 +265,13 @@ class AsyncCommitter:
         if err is not None or refused:
             self._refused(str(err) if err is not None else "; ".join(refused[:3]))
 
+    def commit_sync(self, consumer: Consumer, positions: dict[TP, int], mark: int = 0) -> None:
+        """Commit ``positions`` and every pending one, waiting for Kafka to take them (a thread
+        of its own, or a rebalance callback); raises `KafkaIOError`, leaving them pending."""
+        ready = self.add(positions)
+        commit(consumer, ready)
+        self.confirm(ready, mark)
+
     def confirm(self, positions: dict[TP, int], mark: int) -> None:
         """Record a synchronous commit of ``positions`` that Kafka took."""
         with self._lock:
@@ -301,15 +314,15 @@ class AsyncCommitter:
         )
 
 
-async def flush(producer: Producer, tracker: ProduceTracker, timeout_s: float = 30.0) -> None:
+async def flush(
+    producer: Producer, acks: ProduceTracker | BatchAcks, timeout_s: float = 30.0
+) -> None:
     """Wait until every produced record is acked; raise KafkaIOError if any was not."""
     loop = asyncio.get_running_loop()
     remaining = await loop.run_in_executor(None, producer.flush, timeout_s)
     if remaining:
         raise KafkaIOError(f"{remaining} records still unacknowledged after {timeout_s}s")
-    if tracker.failed:
-        errors, tracker.failed = tracker.failed[:3], []
-        raise KafkaIOError(f"produce failed: {'; '.join(errors)}")
+    acks.raise_failed()
 
 
 def produce(producer: Producer, topic: str, key: str, value: bytes, **kwargs: Any) -> None:

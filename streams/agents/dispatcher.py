@@ -473,8 +473,7 @@ class Dispatcher:
                 settled = self.settled_count
             self._outbox.seal(positions, settled)
         ready, mark = self._outbox.committable()
-        if ready or mark:
-            self._committer.send(consumer, ready, mark)
+        self._committer.send(consumer, ready, mark)
 
     async def _commit_now(self) -> None:
         """Flush and commit everything settled, and wait for Kafka to take it (the intake is
@@ -488,10 +487,9 @@ class Dispatcher:
         self._outbox.seal(positions, settled)
         await self._outbox.flush()
         ready, mark = self._outbox.committable()  # every batch: all of them are acknowledged
-        ready = self._committer.add(ready)  # still pending if the commit fails
-        if ready:
-            await asyncio.get_running_loop().run_in_executor(None, commit, consumer, ready)
-        self._committer.confirm(ready, max(mark, settled))
+        await asyncio.get_running_loop().run_in_executor(
+            None, self._committer.commit_sync, consumer, ready, max(mark, settled)
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Dispatch until ``stop`` is set, then finish in-flight attempts and commit."""

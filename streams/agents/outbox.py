@@ -15,14 +15,13 @@ may commit everything settled so far (at a rebalance and at shutdown).
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 
 from confluent_kafka import Producer
 
 from streams import metrics
 from streams.adapters import codec
-from streams.adapters.kafka_clients import TP, BatchAcks, KafkaIOError
+from streams.adapters.kafka_clients import TP, BatchAcks, flush
 from streams.domain.durations import format_duration
 from streams.domain.models import DeadLetter, Delivery, HealthOutcome, OutcomeClass
 from streams.domain.settle import Settlement
@@ -115,8 +114,4 @@ class Outbox:
     async def flush(self, timeout_s: float = 30.0) -> None:
         """Write buffered health outcomes, then wait for every record to be acknowledged."""
         self._write_health()
-        loop = asyncio.get_running_loop()
-        remaining = await loop.run_in_executor(None, self._producer.flush, timeout_s)
-        if remaining:
-            raise KafkaIOError(f"{remaining} records still unacknowledged after {timeout_s}s")
-        self._acks.raise_failed()
+        await flush(self._producer, self._acks, timeout_s)

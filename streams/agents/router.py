@@ -23,7 +23,6 @@ from streams.adapters import codec
 from streams.adapters.kafka_clients import (
     AsyncCommitter,
     BatchAcks,
-    commit,
     coordinates,
     header,
     make_consumer,
@@ -138,16 +137,13 @@ class Router:
 
     def _commit_soon(self, consumer: Consumer) -> None:
         """Commit the acked batches' positions without waiting for Kafka's answer."""
-        positions = self._acks.committable()
-        if positions or self._committer.pending:
-            self._committer.send(consumer, positions)
+        self._committer.send(consumer, self._acks.committable())
 
     async def _commit_now(self, consumer: Consumer) -> None:
         """Commit every acked position and wait for Kafka to take it (at shutdown)."""
-        positions = self._committer.add(self._acks.committable())
-        if positions:
-            await asyncio.get_running_loop().run_in_executor(None, commit, consumer, positions)
-            self._committer.confirm(positions, 0)
+        positions = self._acks.committable()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._committer.commit_sync, consumer, positions)
 
     def _rebalance_count(self) -> int:
         return self._rebalances
@@ -164,7 +160,7 @@ class Router:
         tps = [(p.topic, p.partition) for p in partitions]
         try:
             self._producer.flush(10)
-            commit(consumer, {**self._committer.pending, **self._acks.committable()})
+            self._committer.commit_sync(consumer, self._acks.committable())
         except Exception as exc:  # the new owner replays from the last commit
             log.warning("router commit on revoke failed: %s", exc)
         self._acks.forget(tps)

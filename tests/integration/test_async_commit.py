@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
 from streams.adapters.kafka_clients import AsyncCommitter, BatchAcks, ProduceError, make_consumer
 from streams.settings import Settings
@@ -29,22 +28,26 @@ def settings(make_settings: Callable[..., Settings]) -> Settings:
 
 
 @pytest.fixture
-def topic(settings: Settings) -> Iterator[str]:
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
-    name = settings.topic("commits")
-    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(30)
+def topic(settings: Settings, make_topic: Callable[[str, int], str]) -> str:
+    name = make_topic(settings.topic("commits"), PARTITIONS)
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap})
     for i in range(RECORDS):
         producer.produce(name, value=b"x", partition=i % PARTITIONS)
     assert producer.flush(30) == 0
-    yield name
-    admin.delete_topics([name])[name].result(30)
+    return name
 
 
-def _consumer(settings: Settings, topic: str, committer: AsyncCommitter) -> Consumer:
+@contextmanager
+def _assigned(settings: Settings, topic: str) -> Iterator[tuple[AsyncCommitter, Consumer]]:
+    """A committer and a consumer holding every partition of ``topic``; closed afterwards."""
+    committer = AsyncCommitter("test")
     consumer = make_consumer(settings, "commits", on_commit=committer.on_commit)
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    return consumer
+    try:
+        _serve_until(consumer, lambda: consumer.assignment() != [])
+        yield committer, consumer
+    finally:
+        consumer.close()
 
 
 def _committed(consumer: Consumer, topic: str) -> dict[int, int]:
@@ -75,10 +78,7 @@ def test_send_returns_at_once_and_kafka_takes_every_position(
     settings: Settings, topic: str
 ) -> None:
     """D1: the positions sent are the ones Kafka holds once it answers; the mark follows."""
-    committer = AsyncCommitter("test")
-    consumer = _consumer(settings, topic, committer)
-    try:
-        _serve_until(consumer, lambda: consumer.assignment() != [])
+    with _assigned(settings, topic) as (committer, consumer):
         committer.send(consumer, {(topic, 0): 4}, mark=4)
         committer.send(consumer, {(topic, 1): 7}, mark=11)
         assert committer.pending == {(topic, 0): 4, (topic, 1): 7}  # nothing answered yet
@@ -88,17 +88,12 @@ def test_send_returns_at_once_and_kafka_takes_every_position(
         committer.send(consumer, {(topic, 0): 9}, mark=20)
         _serve_until(consumer, lambda: committer.confirmed_mark == 20, committer)
         assert _committed(consumer, topic) == {0: 9, 1: 7}
-    finally:
-        consumer.close()
 
 
 def test_a_refused_commit_is_carried_by_the_next(settings: Settings, topic: str) -> None:
     """D1: a position Kafka refuses stays pending and goes with the next send, so an idle
     partition is not left behind; the mark does not move until Kafka has taken it."""
-    committer = AsyncCommitter("test")
-    consumer = _consumer(settings, topic, committer)
-    try:
-        _serve_until(consumer, lambda: consumer.assignment() != [])
+    with _assigned(settings, topic) as (committer, consumer):
         committer.send(consumer, {(topic, 0): 1}, mark=1)  # the group's coordinator is up
         _serve_until(consumer, lambda: committer.confirmed_mark == 1, committer)
         missing = (topic + "-none", 0)  # a topic that does not exist: Kafka refuses it
@@ -112,28 +107,17 @@ def test_a_refused_commit_is_carried_by_the_next(settings: Settings, topic: str)
         committer.send(consumer, {(topic, 1): 2}, mark=9)
         _serve_until(consumer, lambda: committer.confirmed_mark == 9, committer)
         assert _committed(consumer, topic) == {0: 3, 1: 2}
-    finally:
-        consumer.close()
 
 
 def test_a_synchronous_commit_confirms_what_was_pending(settings: Settings, topic: str) -> None:
     """Q1: the blocking commit a lane falls back on (at its cap, at shutdown) takes every
     pending position with it and moves the mark."""
-    committer = AsyncCommitter("test")
-    consumer = _consumer(settings, topic, committer)
-    try:
-        _serve_until(consumer, lambda: consumer.assignment() != [])
-        positions = committer.add({(topic, 0): 6, (topic, 1): 5})
-        consumer.commit(
-            offsets=[TopicPartition(t, p, o) for (t, p), o in positions.items()],
-            asynchronous=False,
-        )
-        committer.confirm(positions, 30)
+    with _assigned(settings, topic) as (committer, consumer):
+        committer.add({(topic, 0): 6})  # pending from an earlier send
+        committer.commit_sync(consumer, {(topic, 1): 5}, 30)
         assert committer.pending == {}
         assert committer.confirmed_mark == 30
         assert _committed(consumer, topic) == {0: 6, 1: 5}
-    finally:
-        consumer.close()
 
 
 def test_batches_commit_in_order_once_acknowledged(settings: Settings, topic: str) -> None:

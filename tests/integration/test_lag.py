@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
 from streams.adapters.lag import LagExporter, LagReader
 from streams.cli.lag import lag
@@ -28,12 +26,8 @@ def settings(make_settings: Callable[..., Settings]) -> Settings:
 
 
 @pytest.fixture
-def topic(settings: Settings) -> Iterator[str]:
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
-    name = settings.topic("lagtest")
-    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(30)
-    yield name
-    admin.delete_topics([name])[name].result(30)
+def topic(settings: Settings, make_topic: Callable[[str, int], str]) -> str:
+    return make_topic(settings.topic("lagtest"), PARTITIONS)
 
 
 def produce(settings: Settings, topic: str, n: int) -> None:
