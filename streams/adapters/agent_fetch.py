@@ -16,13 +16,26 @@ their own confluent-kafka consumers, are not affected.
 aiokafka has no public setter for these two after Faust builds the consumer, so the values are
 set on the consumer's attributes before it starts; the aiokafka version is pinned and
 ``tests/unit/test_agent_fetch.py`` checks that the fetcher it starts uses them.
+
+**Handing a record to its stream without four tasks.** Faust's consumer hands every record to
+its stream with ``wait_first(callback(record), suspend_flow.wait())``: the hand-over is dropped
+if a rebalance suspends the flow while it waits (a full stream queue, a suspended flow). That
+call builds four tasks and an ``asyncio.wait`` per record, most of the Faust agents' cost per
+record on the event loop (docs/benchmarks.md, section 17). `PacedFetchConsumer.wait_first` first
+runs the hand-over up to its first wait: almost always it has none (the record is queued at
+once) and is done without a task. When it does wait, the rest of it races the other awaitables
+through Faust's own ``wait_first``, as before, so a rebalance still drops it.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from typing import Any
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from mode.services import WaitResults
 
 
 class PacedFetchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -34,11 +47,69 @@ class PacedFetchConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return consumer
 
 
+class _Rest:
+    """The rest of a coroutine that was run up to its first wait, ``pending``, as an awaitable:
+    awaiting it waits for ``pending`` and runs the coroutine on from there."""
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], pending: Any) -> None:
+        self.coro = coro
+        self.pending = pending
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, pending = self.coro, self.pending
+        while True:
+            try:
+                value = yield pending
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # a cancellation, thrown in where the coroutine waits
+                try:
+                    pending = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    pending = coro.send(value)
+                except StopIteration as done:
+                    return done.value
+
+
+async def _finish(rest: _Rest) -> Any:
+    return await rest
+
+
 class PacedFetchConsumer(faust_aiokafka.Consumer):
-    """Faust's aiokafka consumer, running `PacedFetchConsumerThread`."""
+    """Faust's aiokafka consumer, running `PacedFetchConsumerThread`, that hands a record to its
+    stream without tasks when the hand-over does not wait (see the module)."""
 
     def _new_consumer_thread(self) -> PacedFetchConsumerThread:
         return PacedFetchConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def wait_first(self, *coros: Any, timeout: Any = None) -> WaitResults:  # noqa: ASYNC109  # mode's signature
+        if self._stopped.is_set() or self._crashed.is_set():
+            return await super().wait_first(*coros, timeout=timeout)
+        return await first_inline(coros, functools.partial(super().wait_first, timeout=timeout))
+
+
+async def first_inline(
+    coros: Sequence[Any], race: Callable[..., Awaitable[WaitResults]]
+) -> WaitResults:
+    """``race(*coros)`` (mode's ``Service.wait_first``), except that a first coroutine done without
+    waiting wins alone without any task, and the others are closed unawaited."""
+    first = coros[0] if coros else None
+    if not inspect.iscoroutine(first):
+        return await race(*coros)
+    try:
+        pending = first.send(None)
+    except BaseException as exc:
+        for other in coros[1:]:
+            if inspect.iscoroutine(other):
+                other.close()
+        if isinstance(exc, StopIteration):  # done without waiting: the others lost the race
+            return WaitResults([first], [exc.value], False)
+        raise
+    return await race(_finish(_Rest(first, pending)), *coros[1:])
 
 
 class PacedFetchTransport(faust_aiokafka.Transport):
