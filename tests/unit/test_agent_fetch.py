@@ -14,6 +14,7 @@ from typing import Any, cast
 import pytest
 
 from streams.adapters.agent_fetch import (
+    PacedFetchConsumer,
     PacedFetchConsumerThread,
     PacedFetchTransport,
     apply_fetch_pacing,
@@ -25,7 +26,7 @@ from tests.conftest import REPO
 
 
 def test_p2_worker_app_builds_its_agents_consumer_with_the_fetch_settings(tmp_path: Path) -> None:
-    async def build() -> tuple[Any, Any, Any]:
+    async def build() -> tuple[Any, Any, Any, Any]:
         settings = load_settings(
             data_dir=tmp_path,
             topics_file=REPO / "topics.yaml",
@@ -36,13 +37,14 @@ def test_p2_worker_app_builds_its_agents_consumer_with_the_fetch_settings(tmp_pa
         thread = cast(Any, app.consumer)._thread
         consumer = thread._create_worker_consumer(app.transport)
         try:
-            return app.transport, thread, consumer
+            return app.transport, app.consumer, thread, consumer
         finally:
             await consumer.stop()
             thread.thread_loop.close()  # the thread never ran, so it did not close its loop
 
-    transport, thread, consumer = asyncio.run(build())
+    transport, agents_consumer, thread, consumer = asyncio.run(build())
     assert isinstance(transport, PacedFetchTransport)
+    assert isinstance(agents_consumer, PacedFetchConsumer)  # its wait_first: first_inline
     assert isinstance(thread, PacedFetchConsumerThread)
     assert (consumer._fetch_min_bytes, consumer._fetch_max_wait_ms) == (12345, 250)
 
