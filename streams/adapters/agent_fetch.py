@@ -75,10 +75,6 @@ class _Rest:
                     return done.value
 
 
-async def _finish(rest: _Rest) -> Any:
-    return await rest
-
-
 class PacedFetchConsumer(faust_aiokafka.Consumer):
     """Faust's aiokafka consumer, running `PacedFetchConsumerThread`, that hands a record to its
     stream without tasks when the hand-over does not wait (see the module)."""
@@ -109,7 +105,7 @@ async def first_inline(
         if isinstance(exc, StopIteration):  # done without waiting: the others lost the race
             return WaitResults([first], [exc.value], False)
         raise
-    return await race(_finish(_Rest(first, pending)), *coros[1:])
+    return await race(_Rest(first, pending), *coros[1:])  # an awaitable: the race wraps it
 
 
 class PacedFetchTransport(faust_aiokafka.Transport):
