@@ -33,6 +33,7 @@ from fastavro.schema import SchemaParseException, fingerprint, to_parsing_canoni
 
 from streams.domain.models import (
     Attempt,
+    AttemptDigest,
     ControlEvent,
     DeadLetter,
     Delivery,
@@ -64,6 +65,7 @@ SCHEMA_FILES: Mapping[type[Any], str] = {
     HealthOutcome: "health_outcome.avsc",
     ControlEvent: "control_event.avsc",
     Notification: "notification.avsc",
+    AttemptDigest: "attempt_digest.avsc",
 }
 
 
@@ -308,6 +310,14 @@ def _notification_from(d: AvroDict) -> Notification:
     return Notification(**d)
 
 
+def _digest_to(d: AttemptDigest) -> AvroDict:
+    return {"sealed_at": d.sealed_at, "attempts": d.attempts}
+
+
+def _digest_from(d: AvroDict) -> AttemptDigest:
+    return AttemptDigest(sealed_at=d["sealed_at"], attempts=tuple(d["attempts"]))
+
+
 _CONVERTERS: Mapping[type[Any], tuple[Callable[[Any], AvroDict], Callable[[AvroDict], Any]]] = {
     Event: (_event_to, _event_from),
     Subscription: (_subscription_to, _subscription_from),
@@ -317,6 +327,7 @@ _CONVERTERS: Mapping[type[Any], tuple[Callable[[Any], AvroDict], Callable[[AvroD
     HealthOutcome: (_health_to, _health_from),
     ControlEvent: (_control_to, lambda d: ControlEvent(**d)),
     Notification: (_notification_to, _notification_from),
+    AttemptDigest: (_digest_to, _digest_from),
 }
 
 

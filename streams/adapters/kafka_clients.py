@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from aiokafka.partitioner import murmur2
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from streams.errors import HookstreamError
@@ -68,6 +69,12 @@ def consumer_config(settings: Settings, group_suffix: str, **overrides: Any) -> 
     }
     config.update(overrides)
     return config
+
+
+def partition_of(key: str, partitions: int) -> int:
+    """The partition `producer_config`'s partitioner (the Java client's murmur2) gives a
+    non-empty ``key`` among ``partitions``: where a subscription's records are."""
+    return int((murmur2(key.encode()) & 0x7FFFFFFF) % partitions)
 
 
 def make_producer(settings: Settings, **overrides: Any) -> Producer:

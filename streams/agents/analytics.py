@@ -1,11 +1,15 @@
 """Delivery analytics: the analytics agent, its tables, and reading them from any worker (O2).
 
-The agent reads `attempts` (one record per HTTP attempt, keyed by subscription id) in batches
-(`BATCH_MAX` records or `BATCH_WITHIN_S`, whichever comes first) and folds each subscription's
-records with the pure ``streams.domain.analytics.fold``: a batch costs one read and one write
-per subscription and window it touches, not per record.
+The agent reads `attempt-digests` in batches (`BATCH_MAX` records or `BATCH_WITHIN_S`,
+whichever comes first). A digest holds the attempts one dispatcher settled in one partition
+between two of its commits, each as the `attempts` ledger holds it (`streams.agents.outbox`):
+one Faust record per partition and commit instead of one per attempt, which is what this agent
+cost the worker when it read the ledger (docs/benchmarks.md, sections 15 and 18). Each
+subscription's attempts are folded with the pure ``streams.domain.analytics.fold``: a batch
+costs one read and one write per subscription and window it touches, not per attempt.
 
-Two plain changelog tables, co-partitioned with `attempts` (``lane_partitions`` partitions):
+Two plain changelog tables, co-partitioned with `attempt-digests` and `attempts`
+(``lane_partitions`` partitions):
 
 - ``analytics-windows``: key ``<subscription id>|<window start ms>``, value one hourly
   `WindowAggregate`. One small value per window, so a write serialises one hour's sketches,
@@ -14,8 +18,8 @@ Two plain changelog tables, co-partitioned with `attempts` (``lane_partitions`` 
   backlog. It drives expiry: when a subscription's newest window moves past the retention, the
   expired windows are deleted (tombstones on the changelog) in the same batch.
 
-Every value remembers the last ledger record folded into it, so a record read again after a
-restart or a rebalance is never counted twice (see ``streams.domain.analytics``).
+Every value remembers the last digest folded into it, so a digest read again after a restart
+or a rebalance is never counted twice (see ``streams.domain.analytics``).
 
 Faust writes a table value to the changelog partition of the *current event*. A batch mixes
 partitions, so each partition's records are folded with the current event set to one of that
@@ -46,16 +50,16 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 import httpx
-from aiokafka.partitioner import murmur2
 from faust.web import View
 from yarl import URL
 
 from streams.adapters import codec
 from streams.adapters.kafka_admin import load_topology
+from streams.adapters.kafka_clients import partition_of
 from streams.api.auth import authenticate
 from streams.api.errors import UnauthorizedError, UnavailableError
 from streams.domain.analytics import Position, SubscriptionData, fold_into, read_stored
-from streams.domain.models import Attempt
+from streams.domain.models import Attempt, AttemptDigest
 from streams.errors import DecodeError
 from streams.settings import Settings
 
@@ -65,7 +69,7 @@ WINDOWS_TABLE: Final = "analytics-windows"
 INDEX_TABLE: Final = "analytics-index"
 PEER_PATH: Final = "/internal/analytics"
 PEER_TIMEOUT_S: Final = 10.0
-#: A batch: this many attempt records, or what arrived within this many seconds.
+#: A batch: this many digests, or what arrived within this many seconds.
 BATCH_MAX: Final = 5000
 BATCH_WITHIN_S: Final = 1.0
 #: Seconds a client should wait before asking again while partitions move.
@@ -75,11 +79,6 @@ RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_s
 _ANY_HOST: Final = frozenset({"", "0.0.0.0", "::"})  # noqa: S104  # compared with, never bound
 #: Tables of bytes keys and values (faust then stores them as they are).
 RAW_TABLE = {"key_type": bytes, "value_type": bytes}
-
-
-def partition_of(subscription_id: str, partitions: int) -> int:
-    """The partition of a subscription-keyed record (Kafka's default partitioner)."""
-    return int((murmur2(subscription_id.encode()) & 0x7FFFFFFF) % partitions)
 
 
 def _ident(url: URL | str) -> tuple[str, int]:
@@ -101,7 +100,7 @@ class AnalyticsStore:
         self.app = app
         self.settings = settings
         self.partitions = load_topology(settings).lane_partitions
-        self.topic = app.topic(settings.topic("attempts"), **RAW)
+        self.topic = app.topic(settings.topic("attempt-digests"), **RAW)
         self.windows = app.Table(
             WINDOWS_TABLE,
             default=None,
@@ -120,8 +119,8 @@ class AnalyticsStore:
     # --- writing (inside the agent) -------------------------------------------------------------
 
     def apply_batch(self, events: Sequence[Any], focus: Callable[[Any], None]) -> None:
-        """Fold a batch of `attempts` events; ``focus(event)`` makes ``event`` the current one,
-        so that table writes go to its partition."""
+        """Fold a batch of `attempt-digests` events; ``focus(event)`` makes ``event`` the current
+        one, so that table writes go to its partition."""
         by_partition: dict[int, list[Any]] = {}
         for event in events:
             by_partition.setdefault(event.message.partition, []).append(event)
@@ -132,14 +131,19 @@ class AnalyticsStore:
     def _fold_partition(self, partition: int, events: list[Any]) -> None:
         records: dict[str, list[tuple[Position, Attempt]]] = {}
         for event in events:
+            at = (partition, event.message.offset)
             try:
-                att = codec.decode(Attempt, event.value)
+                digest = codec.decode(AttemptDigest, event.value)
             except DecodeError as exc:  # never crash-loop on one record (Q2)
-                log.error("attempt record skipped by analytics: %s", exc)
+                log.error("attempt digest skipped by analytics: %s", exc, extra={"at": at})
                 continue
-            records.setdefault(att.subscription_id, []).append(
-                ((partition, event.message.offset), att)
-            )
+            for ledger in digest.attempts:
+                try:
+                    att = codec.decode(Attempt, ledger)
+                except DecodeError as exc:
+                    log.error("attempt in a digest skipped by analytics: %s", exc)
+                    continue
+                records.setdefault(att.subscription_id, []).append((at, att))
         for sub_id, mine in records.items():
             if partition_of(sub_id, self.partitions) != partition:
                 log.error(

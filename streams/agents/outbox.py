@@ -6,6 +6,15 @@ letters and health outcomes. Health outcomes are aggregated per subscription bet
 successes of one subscription collapse into the latest one, which moves the health record
 exactly as the whole run would (a success resets it), while every failure is kept in order.
 
+The analytics agent reads **digests**, not the ledger (O2): every attempt that counts as a
+delivery is also kept, as the bytes the ledger got, in its partition's digest, and each digest
+is written once per commit (or sooner, at `DIGEST_MAX_BYTES`) under the key of one of its
+subscriptions, so the producer's partitioner puts it in their common partition. One Faust
+record per partition and commit replaces one per attempt; the agent counts a digest once by its
+own position. A digest is written with the batch it belongs to, before that batch's positions
+are committed: a worker that dies between an attempt and its batch's commit loses that
+attempt's digest entry (the ledger keeps the attempt), and the delivery is attempted again.
+
 Two ways to commit after it (D1). `seal` writes the buffered outcomes and closes the records
 produced so far under the positions settled so far; `committable` then hands back the positions
 of the sealed batches Kafka has acknowledged, in order, without waiting for anyone. `flush`
@@ -15,17 +24,34 @@ may commit everything settled so far (at a rebalance and at shutdown).
 
 from __future__ import annotations
 
-from dataclasses import replace
+import time
+from dataclasses import dataclass, field, replace
+from typing import Final
 
 from confluent_kafka import Producer
 
 from streams import metrics
 from streams.adapters import codec
-from streams.adapters.kafka_clients import TP, BatchAcks, flush
+from streams.adapters.kafka_admin import load_topology
+from streams.adapters.kafka_clients import TP, BatchAcks, flush, partition_of
+from streams.domain.analytics import counts_as_delivery
 from streams.domain.durations import format_duration
-from streams.domain.models import DeadLetter, Delivery, HealthOutcome, OutcomeClass
+from streams.domain.models import AttemptDigest, DeadLetter, Delivery, HealthOutcome, OutcomeClass
 from streams.domain.settle import Settlement
 from streams.settings import Settings
+
+#: A partition's digest is written before the commit once its attempts reach this many bytes
+#: (Kafka refuses records over 1 MiB by default; an attempt is a few hundred bytes).
+DIGEST_MAX_BYTES: Final = 256 * 1024
+#: Subscriptions whose partition is remembered; the memo starts over beyond this many.
+PARTITION_MEMO_MAX: Final = 200_000
+
+
+@dataclass(slots=True)
+class _Digest:
+    key: str  # a subscription of the partition: the producer's partitioner puts the digest there
+    attempts: list[bytes] = field(default_factory=list)
+    size: int = 0
 
 
 class Outbox:
@@ -36,6 +62,11 @@ class Outbox:
         self._tiers = tiers
         self._tier_names = [format_duration(delay) for delay, _ in tiers]
         self._attempts = settings.topic("attempts")
+        self._digests_topic = settings.topic("attempt-digests")
+        self._partitions = load_topology(settings).lane_partitions
+        self._partition_of: dict[str, int] = {}
+        self._digests: dict[int, _Digest] = {}  # by partition, until the next seal
+        self.digests_written = 0
         self._dlq = settings.topic("dlq")
         self._health = settings.topic("health")
         self._acks = BatchAcks()
@@ -49,7 +80,10 @@ class Outbox:
     def settle(self, outcome: Settlement) -> None:
         """Write what one attempt decided: its ledger entry and its consequence."""
         sub_id = outcome.attempt.subscription_id
-        self._send(self._attempts, sub_id, codec.encode(outcome.attempt))
+        ledger = codec.encode(outcome.attempt)
+        self._send(self._attempts, sub_id, ledger)
+        if counts_as_delivery(outcome.attempt):
+            self._digest(sub_id, ledger)
         if outcome.retry is not None and outcome.retry_tier is not None:
             self._send(self._tiers[outcome.retry_tier][1], sub_id, codec.encode(outcome.retry))
             metrics.record_retry(self._tier_names[outcome.retry_tier])
@@ -96,10 +130,39 @@ class Outbox:
         self._pending_health.clear()
         self._last_success.clear()
 
-    def seal(self, positions: dict[TP, int], mark: int) -> None:
-        """Write buffered health outcomes and close the records produced so far: ``positions``
-        (with the caller's ``mark``) become committable once Kafka has acknowledged them all."""
+    def _digest(self, sub_id: str, ledger: bytes) -> None:
+        """Add one attempt's ledger bytes to its partition's digest."""
+        partition = self._partition_of.get(sub_id)
+        if partition is None:
+            if len(self._partition_of) >= PARTITION_MEMO_MAX:
+                self._partition_of.clear()
+            partition = partition_of(sub_id, self._partitions)
+            self._partition_of[sub_id] = partition
+        digest = self._digests.get(partition)
+        if digest is None:
+            digest = self._digests[partition] = _Digest(sub_id)
+        digest.attempts.append(ledger)
+        digest.size += len(ledger)
+        if digest.size >= DIGEST_MAX_BYTES:
+            del self._digests[partition]
+            self._write_digest(digest)
+
+    def _write_digest(self, digest: _Digest) -> None:
+        record = AttemptDigest(sealed_at=int(time.time() * 1000), attempts=tuple(digest.attempts))
+        self._send(self._digests_topic, digest.key, codec.encode(record))
+        self.digests_written += 1
+
+    def _write_buffered(self) -> None:
         self._write_health()
+        for digest in self._digests.values():
+            self._write_digest(digest)
+        self._digests.clear()
+
+    def seal(self, positions: dict[TP, int], mark: int) -> None:
+        """Write buffered health outcomes and digests, and close the records produced so far:
+        ``positions`` (with the caller's ``mark``) become committable once Kafka has
+        acknowledged them all."""
+        self._write_buffered()
         self._acks.seal(positions, mark)
 
     def committable(self) -> tuple[dict[TP, int], int]:
@@ -112,6 +175,7 @@ class Outbox:
         self._acks.forget(partitions)
 
     async def flush(self, timeout_s: float = 30.0) -> None:
-        """Write buffered health outcomes, then wait for every record to be acknowledged."""
-        self._write_health()
+        """Write buffered health outcomes and digests, then wait for every record to be
+        acknowledged."""
+        self._write_buffered()
         await flush(self._producer, self._acks, timeout_s)

@@ -27,14 +27,21 @@ lane takes one off. Counts are kept per minute of due time, so memory stays boun
 more than `STALE_RETRY_MS` past due that never fired (its subscription was suspended or deleted)
 stops counting.
 
-**Each ledger record counts once.** A consumer that restarts, or takes over a partition after a
+**Each record counts once.** A consumer that restarts, or takes over a partition after a
 rebalance, reads again the records after the last committed offset, and the state it restored
 (a table's changelog) may hold some of them already. Every stored value (a subscription's
 `SubscriptionIndex`, which holds the backlog, and each of its windows) remembers the position
 (partition, offset) of the last record folded into it, and `fold` skips a record that value
 already holds. Each value is judged on its own: a crash can keep a window's write and lose its
 index's (or the reverse), and the record is then folded into the one that lacks it only. An
-attempt the dispatcher itself made twice (at least once, D1) is two records, and counts twice.
+attempt the dispatcher itself made twice (at least once, D1) is two attempts, and counts twice.
+
+The analytics agent reads **digests** (`AttemptDigest`: the attempts of one partition between
+two dispatcher commits), so the attempts of one digest share its position: `fold` takes
+consecutive records at one position as the parts of one record, all counted or none. A scan of
+the ledger (`MemoryAnalytics`) gives every attempt its own position. Stored values name their
+position ``digest_position``: values written when the agent read the ledger itself hold ledger
+positions under ``position``, which say nothing about digests, and read as holding none.
 
 `fold` is the one way records enter the state. `fold_into` and `read_stored` keep the state in
 two mappings of serialised values (the analytics agent's tables, or plain dicts in tests), and
@@ -68,8 +75,11 @@ DUE_BUCKET_MS: Final = 60_000
 MAX_DUE_BUCKETS: Final = 1_600  # a 24h retry window plus the longest tier, by the minute
 STALE_RETRY_MS: Final = 15 * 60_000
 
-#: Where a record sits on the `attempts` topic: (partition, offset).
+#: Where a record sits on the topic folded (`attempt-digests`, or `attempts` for a scan of the
+#: ledger): (partition, offset).
 Position = tuple[int, int]
+#: The key of a stored value's position: that of the last digest folded into it.
+_POSITION_KEY: Final = "digest_position"
 
 _NOT_DELIVERIES: Final = frozenset({Lane.PROBE, Lane.TEST})
 _LIVE_LANES: Final = frozenset({Lane.LIVE, Lane.RETRY})
@@ -110,7 +120,7 @@ def _is_new(last: Position | None, at: Position) -> bool:
 
 
 def _position_of(data: Any) -> Position | None:
-    found = data.get("position")
+    found = data.get(_POSITION_KEY)
     return None if found is None else (int(found[0]), int(found[1]))
 
 
@@ -146,7 +156,7 @@ class WindowAggregate:
     failed_types: dict[str, int] = field(default_factory=dict)
     duration: LatencySketch = field(default_factory=LatencySketch)
     latency: LatencySketch = field(default_factory=LatencySketch)
-    position: Position | None = None  # the last ledger record folded in (None when merged)
+    position: Position | None = None  # the last record folded in (None when merged)
 
     def holds(self, at: Position) -> bool:
         """Whether the ledger record at ``at`` is already counted here."""
@@ -195,8 +205,8 @@ class WindowAggregate:
             failed_types=dict(self.failed_types),
             duration=self.duration.to_dict(),
             latency=self.latency.to_dict(),
-            position=_position_dict(self.position),
         )
+        out[_POSITION_KEY] = _position_dict(self.position)
         return out
 
     @classmethod
@@ -283,7 +293,7 @@ class SubscriptionIndex:
 
     windows: set[int] = field(default_factory=set)
     backlog: RetryBacklog = field(default_factory=RetryBacklog)
-    position: Position | None = None  # the last ledger record observed
+    position: Position | None = None  # the last record observed
 
     def holds(self, at: Position) -> bool:
         """Whether the ledger record at ``at`` is already counted here (window set, backlog)."""
@@ -303,7 +313,7 @@ class SubscriptionIndex:
         return {
             "windows": sorted(self.windows),
             "backlog": self.backlog.to_dict(),
-            "position": _position_dict(self.position),
+            _POSITION_KEY: _position_dict(self.position),
         }
 
     @classmethod
@@ -355,21 +365,24 @@ def fold(
     load: Callable[[int], WindowAggregate | None],
     records: Iterable[tuple[Position, Attempt]],
 ) -> Fold:
-    """Fold one subscription's ledger records, in ledger order, into its index and windows.
+    """Fold one subscription's records, in their topic's order, into its index and windows.
 
     ``index`` is changed in place; ``load(start)`` gives the stored window that starts at
-    ``start``, or None. A record a value already holds is not folded into it again (see the
-    module). Probe and test sends are skipped.
+    ``start``, or None. A record a value already holds is not folded into it again, and
+    consecutive records at one position are the parts of one digest (see the module). Probe and
+    test sends are skipped.
     """
     result = Fold(index)
     loaded: dict[int, WindowAggregate | None] = {}
+    taken: dict[int, Position] = {}  # by window start: the position being folded into it
+    index_taking: Position | None = None
     for at, att in records:
         if not counts_as_delivery(att):
             continue
         start = window_start(att.started_at)
-        if not index.holds(at):
+        if at == index_taking or not index.holds(at):
             start, expired = index.observe(att)
-            index.position = at
+            index.position = index_taking = at
             result.index_changed = True
             for old in expired:
                 result.windows.pop(old, None)
@@ -381,16 +394,17 @@ def fold(
             loaded[start] = load(start)
         window = loaded[start] or WindowAggregate(start=start)
         loaded[start] = window
-        if not window.holds(at):
+        if taken.get(start) == at or not window.holds(at):
             window.add(att)
-            window.position = at
+            window.position = taken[start] = at
             result.windows[start] = window
     return result
 
 
 class MemoryAnalytics:
     """Every subscription's index and windows in memory, folded from ledger records in order
-    (a scan of the `attempts` topic: ``hookstream stats`` without a worker)."""
+    (a scan of the `attempts` topic, each record at its own position: ``hookstream stats``
+    without a worker)."""
 
     def __init__(self) -> None:
         self.indexes: dict[str, SubscriptionIndex] = {}

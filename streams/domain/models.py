@@ -142,6 +142,15 @@ class Attempt:
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptDigest:
+    """The attempts one dispatcher settled in one partition between two commits, for the
+    analytics agent (O2): one record where the ledger has one per attempt."""
+
+    sealed_at: int  # ms
+    attempts: tuple[bytes, ...] = ()  # each exactly as written to the attempts topic
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """A terminal or exhausted delivery with its context (D8), or an invalid input record."""
 

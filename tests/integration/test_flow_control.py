@@ -11,8 +11,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from streams.adapters.kafka_admin import load_topology
-from streams.adapters.kafka_clients import consumer_config
-from streams.agents.analytics import partition_of
+from streams.adapters.kafka_clients import consumer_config, partition_of
 from streams.domain.models import DeliveryState
 from streams.services.subscriptions import create_subscription
 from streams.settings import Settings

@@ -30,11 +30,13 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from streams.adapters import codec
 from streams.adapters.kafka_admin import apply_topics, delete_topics, load_topology
+from streams.adapters.kafka_clients import partition_of
 from streams.adapters.topic_reader import scan
-from streams.agents.analytics import PEER_PATH, partition_of
+from streams.agents.analytics import PEER_PATH
 from streams.cli.stats import stats as stats_command
-from streams.domain.models import Attempt, Event, Lane, Subscription
+from streams.domain.models import Attempt, AttemptDigest, Event, Lane, Subscription
 from streams.domain.sketch import RELATIVE_ACCURACY
 from streams.services import keys
 from streams.services.events import publish_events
@@ -283,6 +285,17 @@ def test_o2_every_figure_from_a_worker_with_known_latencies_and_outcomes(
     # One worker, no rebalance: each delivery was attempted exactly as the receivers scripted.
     assert {name: len(atts) for name, atts in ledger.items()} == attempts
     assert {name: r["attempts"] for name, r in reports.items()} == attempts
+    # What the agent read: digests, each in the partition of every subscription it holds, and
+    # together exactly the ledger's attempts (probe and test sends aside; none here).
+    partitions = load_topology(env.settings).lane_partitions
+    digested: list[bytes] = []
+    for msg in scan(env.settings, env.settings.topic("attempt-digests")):
+        for raw in codec.decode(AttemptDigest, msg.value() or b"").attempts:
+            att = codec.decode(Attempt, raw)
+            assert msg.partition() == partition_of(att.subscription_id, partitions)
+            digested.append(raw)
+    ledger_raw = [m.value() or b"" for m in scan(env.settings, env.settings.topic("attempts"))]
+    assert sorted(digested) == sorted(ledger_raw)
 
     # Latency: the sketch against the exact percentiles of the ledger's durations (within 1%),
     # and against the receivers' known delays.
@@ -382,9 +395,9 @@ ROUTES_TWO_WORKERS: dict[str, tuple[Any, dict[str, Any]]] = {
 }
 
 
-def _reset_attempts_offsets(settings: Settings) -> None:
-    """Make the (stopped) workers' group read the whole `attempts` topic again."""
-    topic = settings.topic("attempts")
+def _reset_digest_offsets(settings: Settings) -> None:
+    """Make the (stopped) workers' group read the whole `attempt-digests` topic again."""
+    topic = settings.topic("attempt-digests")
     partitions = load_topology(settings).lane_partitions
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     request = ConsumerGroupTopicPartitions(
@@ -398,12 +411,12 @@ def _reset_attempts_offsets(settings: Settings) -> None:
             return False
         return True
 
-    _until(reset, 30, "offsets of attempts reset")
+    _until(reset, 30, "offsets of attempt-digests reset")
 
 
 def _read_again(settings: Settings) -> bool:
-    """Whether the group has committed every `attempts` record again."""
-    topic = settings.topic("attempts")
+    """Whether the group has committed every `attempt-digests` record again."""
+    topic = settings.topic("attempt-digests")
     partitions = load_topology(settings).lane_partitions
     consumer = Consumer(
         {"bootstrap.servers": settings.kafka_bootstrap, "group.id": settings.group_id}
@@ -424,7 +437,7 @@ def test_o2_s2_the_same_stats_from_either_of_two_workers_after_a_rebalance_and_a
 ) -> None:
     """Issue #6 with O2: a subscription's analytics live with its partition's owner; either of
     two workers answers the same, by asking the owner. Issue #8's retry backlog stays exact
-    when a worker restores the tables and reads the whole ledger again."""
+    when a worker restores the tables and reads every digest of the ledger again."""
     env = chart_like_installation
     first = env.worker("w1")
     first.wait_ready(120)
@@ -441,11 +454,11 @@ def test_o2_s2_the_same_stats_from_either_of_two_workers_after_a_rebalance_and_a
     tenant_before = _stats(first, tenant_path)
     assert tenant_before is not None and tenant_before["retry_backlog"] == 8
 
-    # Stop the only worker, rewind its group on `attempts` to the start, then start it again
-    # next to a second one: partitions move to the new worker, which restores their tables from
-    # the changelogs, and both read every ledger record again.
+    # Stop the only worker, rewind its group on `attempt-digests` to the start, then start it
+    # again next to a second one: partitions move to the new worker, which restores their
+    # tables from the changelogs, and both read every digest again.
     first.stop(30)
-    _reset_attempts_offsets(env.settings)
+    _reset_digest_offsets(env.settings)
     first.start()
     second = env.worker("w2")
     for worker in (first, second):

@@ -1,6 +1,8 @@
 """O2: every ledger record counts once in the stored analytics, across restarts and rebalances.
 
-The analytics agent folds batches of `attempts` records into two tables with `fold_into`. A
+The analytics agent folds batches of `attempt-digests` records (each the attempts of one
+dispatcher commit in one partition, all at the digest's position) into two tables with
+`fold_into`. A
 worker that restarts, or takes a partition over, restores the tables from their changelogs and
 reads again every record after the last committed offset. Faust commits an offset only once the
 table writes before it are acknowledged, but writes after it may or may not have survived, each
@@ -111,21 +113,45 @@ def same(a: dict[str, SubscriptionData | None], b: dict[str, SubscriptionData | 
     def plain(data: SubscriptionData | None) -> object:
         if data is None:
             return None
-        windows = [{**w.to_dict(), "position": None} for w in data.windows]
+        windows = [{**w.to_dict(), "digest_position": None} for w in data.windows]
         return windows, data.backlog.to_dict()
 
     return all(plain(a[sub]) == plain(b[sub]) for sub in SUBS)
 
 
-@given(ledgers, st.data())
+def as_digests(
+    records: list[tuple[Position, Attempt]], ends: set[int]
+) -> list[tuple[Position, Attempt]]:
+    """The same attempts as the agent reads them: cut into digests after each index in ``ends``,
+    every attempt of a digest at the digest's own position."""
+    out = []
+    digest = 0
+    for i, (_, att) in enumerate(records):
+        out.append(((PARTITION, digest), att))
+        if i + 1 in ends:
+            digest += 1
+    return out
+
+
+@given(ledgers, st.data(), st.booleans())
 def test_o2_a_replay_after_a_crash_counts_every_record_once(
-    rows: list[tuple[str, str, int]], data: st.DataObject
+    rows: list[tuple[str, str, int]], data: st.DataObject, digested: bool
 ) -> None:
     """O2 (and the issue of a retry backlog counted twice after a rebalance): fold in batches,
     crash with any mix of the writes after the committed offset lost, read again from the
-    committed offset: the same state as one clean pass."""
-    records = records_of(rows)
-    cuts = sorted(data.draw(st.sets(st.integers(1, len(records)), max_size=6)) | {len(records)})
+    committed offset: the same state as one clean pass of the ledger. With ``digested`` the
+    agent reads digests (several attempts at one position), as a worker does; without, one
+    attempt per position, as a scan of the ledger does."""
+    ledger = records_of(rows)
+    records = ledger
+    size = len(records)
+    if digested:
+        ends = data.draw(st.sets(st.integers(1, size), max_size=8)) | {size}
+        records = as_digests(ledger, ends)
+        # a batch holds whole digests: Faust hands the agent records, never parts of one
+        cuts = sorted(data.draw(st.sets(st.sampled_from(sorted(ends)), max_size=6)) | {size})
+    else:
+        cuts = sorted(data.draw(st.sets(st.integers(1, size), max_size=6)) | {size})
     indexes: Stored = {}
     windows: Stored = {}
     history: list[tuple[Stored, Stored]] = [({}, {})]  # the stored values after each batch
@@ -149,8 +175,54 @@ def test_o2_a_replay_after_a_crash_counts_every_record_once(
                 target[key] = state[key]
     # The new owner reads everything from the committed offset again, in other batches.
     fold_batch(survived_indexes, survived_windows, records[start:])
-    assert same(stored(survived_indexes, survived_windows), truth(records))
-    assert same(stored(indexes, windows), truth(records))
+    assert same(stored(survived_indexes, survived_windows), truth(ledger))
+    assert same(stored(indexes, windows), truth(ledger))
+
+
+def test_o2_every_attempt_of_a_digest_counts_once() -> None:
+    """A digest's attempts share its position: all are counted the first time, none again."""
+    digest = [
+        ((PARTITION, 7), attempt("sub-a", kind, T0 + i))
+        for i, kind in enumerate(["ok", "retry", "ok", "dead"])
+    ]
+    indexes: Stored = {}
+    windows: Stored = {}
+    fold_batch(indexes, windows, digest)
+    fold_batch(indexes, windows, digest)  # read again after a restart
+    data = read_stored(indexes, windows, "sub-a", 0)
+    assert data is not None
+    assert (data.windows[0].attempts, data.windows[0].failures) == (4, 2)
+    assert data.backlog.waiting(T0) == 1
+    assert same(
+        stored(indexes, windows), truth([((PARTITION, i), a) for i, (_, a) in enumerate(digest)])
+    )
+
+
+def test_o2_values_from_before_digests_count_the_first_digest() -> None:
+    """Values written when the agent read the ledger hold a ledger position (under
+    ``position``), which says nothing about digests: the first digest after the upgrade counts
+    even at a lower offset."""
+    legacy_window = {
+        **read_or_fail(((PARTITION, 900), attempt("sub-a", "ok", T0))).windows[0].to_dict(),
+        "position": [PARTITION, 900],
+    }
+    del legacy_window["digest_position"]
+    indexes: Stored = {
+        b"sub-a": orjson.dumps({"windows": [T0], "backlog": {}, "position": [PARTITION, 900]})
+    }
+    windows: Stored = {window_key("sub-a", T0): orjson.dumps(legacy_window)}
+    fold_batch(indexes, windows, [((PARTITION, 3), attempt("sub-a", "ok", T0 + 5))])
+    data = read_stored(indexes, windows, "sub-a", 0)
+    assert data is not None and data.windows[0].attempts == 2
+
+
+def read_or_fail(record: tuple[Position, Attempt]) -> SubscriptionData:
+    indexes: Stored = {}
+    windows: Stored = {}
+    fold_batch(indexes, windows, [record])
+    data = read_stored(indexes, windows, record[1].subscription_id, 0)
+    assert data is not None
+    return data
 
 
 def test_o2_a_lost_index_write_does_not_count_a_window_twice() -> None:

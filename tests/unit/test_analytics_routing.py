@@ -6,7 +6,8 @@ from pathlib import Path
 
 from yarl import URL
 
-from streams.agents.analytics import analytics_component, partition_of
+from streams.adapters.kafka_clients import partition_of
+from streams.agents.analytics import analytics_component
 from streams.app import create_app
 from streams.settings import load_settings
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from streams.adapters import codec
 from streams.domain.models import (
     Attempt,
+    AttemptDigest,
     ControlEvent,
     DeadLetter,
     Delivery,
@@ -157,6 +158,7 @@ notifications = st.builds(
     payload_json=texts,
     recipients=tuples_of(texts),
 )
+digests = st.builds(AttemptDigest, sealed_at=longs, attempts=tuples_of(st.binary()))
 
 RECORDS: dict[type[Any], st.SearchStrategy[Any]] = {
     Event: events,
@@ -167,6 +169,7 @@ RECORDS: dict[type[Any], st.SearchStrategy[Any]] = {
     HealthOutcome: health_outcomes,
     ControlEvent: control_events,
     Notification: notifications,
+    AttemptDigest: digests,
 }
 any_record = st.one_of(*RECORDS.values())
 record_classes = pytest.mark.parametrize("cls", list(RECORDS), ids=lambda c: c.__name__)
