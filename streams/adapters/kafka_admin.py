@@ -156,6 +156,11 @@ class TopicAdmin:
             )
         return states
 
+    def missing(self, full_names: Iterable[str]) -> list[str]:
+        """Those of ``full_names`` that do not exist on the broker, in the order given."""
+        topics = self._metadata().topics
+        return [name for name in full_names if name not in topics or topics[name].error]
+
     def names_with_prefix(self, prefix: str) -> list[str]:
         return sorted(name for name in self._metadata().topics if name.startswith(prefix))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from streams.settings import load_settings
+from streams.settings import Settings, load_settings
 
 
 @click.command()
@@ -25,4 +25,20 @@ def worker(web_port: int | None) -> None:
 
     overrides = {} if web_port is None else {"web_port": web_port}
     settings = load_settings(**overrides)
+    require_topics(settings)
     run_worker(create_app(settings, DEFAULT_COMPONENTS), settings)
+
+
+def require_topics(settings: Settings) -> None:
+    """Refuse to start before every topic of topics.yaml exists (SPEC X1): a worker would
+    otherwise run until a write to the missing topic timed out, minutes later."""
+    from streams.adapters.kafka_admin import TopicAdmin, load_topology
+
+    names = [spec.full_name for spec in load_topology(settings).topics]
+    missing = TopicAdmin(settings).missing(names)
+    if missing:
+        raise click.ClickException(
+            f"{len(missing)} topic(s) of {settings.topics_file} missing on "
+            f"{settings.kafka_bootstrap}: {', '.join(missing)}. "
+            "Create them with `hookstream topics apply`, then start the worker again."
+        )

@@ -19,6 +19,7 @@ from streams.adapters.kafka_admin import (
     prefixed_topics,
 )
 from streams.cli.main import cli
+from streams.cli.worker import require_topics
 from streams.domain.topology import ConfigChange, TopicState
 from streams.errors import TopicsFileError
 from streams.settings import Settings
@@ -195,3 +196,28 @@ def test_x1_cli_apply_dry_run_json_then_apply_then_no_changes(
     again = runner.invoke(cli, ["topics", "apply"], env=env)
     assert again.exit_code == 0, again.output
     assert again.output.strip() == "no changes"
+
+
+def test_x1_a_worker_refuses_to_start_before_its_topics_exist(
+    pipeline: Callable[..., Settings],
+) -> None:
+    """A worker started before `topics apply` (a new topic in an upgrade) stops at once, naming
+    the missing topics and the command, instead of failing its first write minutes later."""
+    settings = pipeline()
+    env = {
+        "HOOKSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "HOOKSTREAM_TOPIC_PREFIX": settings.topic_prefix,
+        "HOOKSTREAM_TOPICS_FILE": str(settings.topics_file),
+        "HOOKSTREAM_RETRY_SCHEDULE": "1s,5s",
+    }
+    names = [spec.full_name for spec in load_topology(settings).topics]
+    assert prefixed_topics(settings) == []
+
+    refused = CliRunner().invoke(cli, ["worker"], env=env)
+    assert refused.exit_code == 1, refused.output
+    assert f"missing on {settings.kafka_bootstrap}: {', '.join(names)}." in refused.output
+    assert "hookstream topics apply" in refused.output
+    assert settings.topic("attempt-digests") in names
+
+    apply_topics(settings)
+    require_topics(settings)  # every topic there: no error
