@@ -36,7 +36,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from aiokafka.partitioner import murmur2
 from confluent_kafka.admin import AdminClient
 from faust.serializers import codecs
 from faust.stores.rocksdb import RocksDBOptions
@@ -47,6 +46,7 @@ from bench.report import REPO, RESULTS_DIR, fmt, machine, median_of, write_json
 from bench.rig import Rig, RigConfig, _flush, _json, _produce, make_event
 from bench.worker import Worker
 from streams.adapters.kafka_admin import load_topology
+from streams.adapters.kafka_clients import partition_of
 from streams.app import rocksdb_options
 from streams.domain.health import DEDUP_WINDOW, MAX_ERROR_CHARS, HealthRecord, apply_outcome
 from streams.domain.idempotency import delivery_id
@@ -62,18 +62,13 @@ GROUP_SPLIT_TIMEOUT_S = 120.0
 STALL_S = 120.0
 
 
-def _partition(key: str, partitions: int) -> int:
-    """The partition of a keyed record (the Java client's murmur2, as every hookstream producer)."""
-    return int((murmur2(key.encode()) & 0x7FFFFFFF) % partitions)
-
-
 def spread_ids(prefix: str, count: int, partitions: int) -> list[str]:
     """`count` ids whose partitions are as evenly spread as possible."""
     ids: list[str] = []
     per_partition: dict[int, int] = {}
     for n in itertools.count():
         candidate = f"{prefix}{n}"
-        part = _partition(candidate, partitions)
+        part = partition_of(candidate, partitions)
         if per_partition.get(part, 0) <= len(ids) // partitions:
             per_partition[part] = per_partition.get(part, 0) + 1
             ids.append(candidate)
@@ -281,13 +276,13 @@ def measure_tables(subscriptions: int, failing: bool, workdir: Path) -> dict[str
         key = codecs.dumps("json", sub_id)
         value = codecs.dumps("json", like(template, sub_id))
         payload += len(key) + len(value)
-        dbs[_partition(sub_id, partitions)][key] = value
+        dbs[partition_of(sub_id, partitions)][key] = value
     for db in dbs:
         db.flush()
         db.compact_range(None, None)
     for n in range(subscriptions):  # read everything once, as a recovery or a hot table would
         sub_id = f"sub_{n:020x}"
-        assert dbs[_partition(sub_id, partitions)][codecs.dumps("json", sub_id)] is not None
+        assert dbs[partition_of(sub_id, partitions)][codecs.dumps("json", sub_id)] is not None
     rss_loaded = _rss()
     for db in dbs:
         db.close()

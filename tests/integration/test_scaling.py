@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka.partitioner import murmur2
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from streams.adapters.kafka_admin import load_topology
+from streams.adapters.kafka_clients import partition_of
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import Event, Subscription, SubscriptionStatus
 from streams.services.subscriptions import create_subscription
@@ -50,17 +50,12 @@ REBALANCE_S = 150.0  # a dead Faust member leaves the group after its 60 s sessi
 Assignment = dict[str, set[int]]  # member id -> partitions of one topic
 
 
-def _partition(key: str, partitions: int) -> int:
-    """The partition of a subscription-keyed record (the Java client's murmur2 partitioner)."""
-    return int((murmur2(key.encode()) & 0x7FFFFFFF) % partitions)
-
-
-def _ids_per_partition(prefix: str, partitions: int) -> list[str]:
+def _ids_perpartition_of(prefix: str, partitions: int) -> list[str]:
     """One subscription id for each partition, so every partition carries deliveries."""
     found: dict[int, str] = {}
     for n in itertools.count():
         candidate = f"{prefix}{n}"
-        found.setdefault(_partition(candidate, partitions), candidate)
+        found.setdefault(partition_of(candidate, partitions), candidate)
         if len(found) == partitions:
             return [found[p] for p in range(partitions)]
     raise AssertionError("unreachable")
@@ -125,7 +120,7 @@ class HealthChangelog:
             }
         )
         try:
-            partition = _partition(subscription_id, self.partitions)
+            partition = partition_of(subscription_id, self.partitions)
             _, high = consumer.get_watermark_offsets(TopicPartition(self.topic, partition), 10)
             consumer.assign([TopicPartition(self.topic, partition, 0)])
             latest: dict[str, Any] | None = None
@@ -226,12 +221,12 @@ def test_x4_two_workers_split_partitions_and_health_survives_kill_9(
         gone_id = next(
             f"sub_gone_{n}"
             for n in itertools.count()
-            if _partition(f"sub_gone_{n}", partitions) in doomed
+            if partition_of(f"sub_gone_{n}", partitions) in doomed
         )
 
         healthy = [
             _subscribe(env, receiver, f"/ok/{i}", sub_id, 200)
-            for i, sub_id in enumerate(_ids_per_partition("sub_ok_", partitions))
+            for i, sub_id in enumerate(_ids_perpartition_of("sub_ok_", partitions))
         ]
         gone = _subscribe(env, receiver, "/gone", gone_id, 404)
         time.sleep(2)  # the registry of every worker picks up the new subscriptions

@@ -49,6 +49,16 @@ def _broker(settings: Settings) -> dict[str, TopicState]:
     return TopicAdmin(settings).describe(spec.full_name for spec in topology.topics)
 
 
+def _cli_env(settings: Settings) -> dict[str, str]:
+    """The environment that gives the CLI these settings."""
+    return {
+        "HOOKSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "HOOKSTREAM_TOPIC_PREFIX": settings.topic_prefix,
+        "HOOKSTREAM_TOPICS_FILE": str(settings.topics_file),
+        "HOOKSTREAM_RETRY_SCHEDULE": "1s,5s",
+    }
+
+
 def _edited_copy(
     settings: Settings, tmp_path: Path, edit: Callable[[dict[str, Any]], None]
 ) -> Path:
@@ -174,12 +184,7 @@ def test_x1_cli_apply_dry_run_json_then_apply_then_no_changes(
     pipeline: Callable[..., Settings],
 ) -> None:
     settings = pipeline()
-    env = {
-        "HOOKSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-        "HOOKSTREAM_TOPIC_PREFIX": settings.topic_prefix,
-        "HOOKSTREAM_TOPICS_FILE": str(settings.topics_file),
-        "HOOKSTREAM_RETRY_SCHEDULE": "1s,5s",
-    }
+    env = _cli_env(settings)
     runner = CliRunner()
 
     dry = runner.invoke(cli, ["topics", "apply", "--dry-run", "--json"], env=env)
@@ -204,12 +209,7 @@ def test_x1_a_worker_refuses_to_start_before_its_topics_exist(
     """A worker started before `topics apply` (a new topic in an upgrade) stops at once, naming
     the missing topics and the command, instead of failing its first write minutes later."""
     settings = pipeline()
-    env = {
-        "HOOKSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-        "HOOKSTREAM_TOPIC_PREFIX": settings.topic_prefix,
-        "HOOKSTREAM_TOPICS_FILE": str(settings.topics_file),
-        "HOOKSTREAM_RETRY_SCHEDULE": "1s,5s",
-    }
+    env = _cli_env(settings)
     names = [spec.full_name for spec in load_topology(settings).topics]
     assert prefixed_topics(settings) == []
 
