@@ -69,8 +69,11 @@ WINDOWS_TABLE: Final = "analytics-windows"
 INDEX_TABLE: Final = "analytics-index"
 PEER_PATH: Final = "/internal/analytics"
 PEER_TIMEOUT_S: Final = 10.0
-#: A batch: this many digests, or what arrived within this many seconds.
-BATCH_MAX: Final = 5000
+#: A batch: this many digests, or what arrived within this many seconds. A batch is folded in
+#: one go on the event loop the deliveries share, and a digest holds up to 200 ms of one
+#: partition's attempts: an agent that is far behind (a rewind, a long outage) folds up to this
+#: many at a time, so this bounds the pauses it causes then, and its memory.
+BATCH_MAX: Final = 20
 BATCH_WITHIN_S: Final = 1.0
 #: Seconds a client should wait before asking again while partitions move.
 RETRY_AFTER_S: Final = "1"
