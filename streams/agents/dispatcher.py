@@ -107,6 +107,7 @@ class Dispatcher:
         producer: Producer,
         transport: Transport,
         tiers: list[tuple[float, str]],
+        partitions: int,
         clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
     ) -> None:
@@ -123,7 +124,7 @@ class Dispatcher:
             jitter=settings.retry_jitter,
             window=settings.retry_window,
         )
-        self._outbox = Outbox(settings, producer, tiers)
+        self._outbox = Outbox(settings, producer, tiers, partitions)
         self._reenabled_seen: dict[str, int] = {}
         self._breakers = BreakerRegistry(
             BreakerConfig(

@@ -32,7 +32,6 @@ from confluent_kafka import Producer
 
 from streams import metrics
 from streams.adapters import codec
-from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import TP, BatchAcks, flush, partition_of
 from streams.domain.analytics import counts_as_delivery
 from streams.domain.durations import format_duration
@@ -56,14 +55,20 @@ class _Digest:
 
 class Outbox:
     def __init__(
-        self, settings: Settings, producer: Producer, tiers: list[tuple[float, str]]
+        self,
+        settings: Settings,
+        producer: Producer,
+        tiers: list[tuple[float, str]],
+        partitions: int,
     ) -> None:
+        """``tiers`` are the retry tiers (delay, topic); ``partitions`` the lane partitions, by
+        which attempts are grouped into digests."""
         self._producer = producer
         self._tiers = tiers
         self._tier_names = [format_duration(delay) for delay, _ in tiers]
         self._attempts = settings.topic("attempts")
         self._digests_topic = settings.topic("attempt-digests")
-        self._partitions = load_topology(settings).lane_partitions
+        self._partitions = partitions
         self._partition_of: dict[str, int] = {}
         self._digests: dict[int, _Digest] = {}  # by partition, until the next seal
         self.digests_written = 0

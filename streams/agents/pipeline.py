@@ -48,12 +48,14 @@ class Pipeline:
     async def start(self) -> None:
         self.transport = self._transport_factory(self.settings)
         self.router = Router(self.settings, self.registry, self.producer)
+        topology = load_topology(self.settings)
         self.dispatcher = Dispatcher(
             self.settings,
             self.registry,
             self.producer,
             self.transport,
-            list(load_topology(self.settings).retry_tiers),
+            list(topology.retry_tiers),
+            topology.lane_partitions,
         )
         for name, coro in (
             ("registry", self.registry.run(self._stop)),

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from streams.adapters import codec
+from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import partition_of
 from streams.agents import outbox as outbox_module
 from streams.agents.outbox import Outbox
@@ -89,8 +90,9 @@ def digests(producer: RecordingProducer, settings: Settings) -> list[tuple[str, 
 
 def make(settings: Settings) -> tuple[Outbox, RecordingProducer, int]:
     producer = RecordingProducer()
-    box = Outbox(settings, producer, [(1.0, settings.topic("retry.1s"))])  # type: ignore[arg-type]
-    return box, producer, box._partitions
+    partitions = load_topology(settings).lane_partitions
+    tiers = [(1.0, settings.topic("retry.1s"))]
+    return Outbox(settings, producer, tiers, partitions), producer, partitions  # type: ignore[arg-type]
 
 
 def test_o2_one_digest_per_partition_and_commit_holds_the_ledger_bytes(settings: Settings) -> None:
