@@ -305,4 +305,31 @@ def latency_phase(rig: Rig, rate: float, seconds: float, warmup_s: float) -> dic
         "max_ms": max(latencies, default=float("nan")),
         "worker_cpu_percent": rig.worker.cpu_percent(began + warmup_s, window_end),
         "worker_rss_mib": rig.worker.peak_rss() / 2**20,
+        "began_at": began,
+        "timeline": timeline(sent, received, measured, began),
     }
+
+
+def timeline(
+    sent: Mapping[str, float], received: Mapping[str, float], keys: set[str], began: float
+) -> list[dict[str, float]]:
+    """Per second of publishing: how many were measured, and their p50/p99/max latency (ms).
+
+    A stall shows as a run of seconds whose latency climbs and then falls; a percentile over
+    the whole run cannot tell a stall from a steady queue."""
+    by_second: dict[int, list[float]] = {}
+    for key in keys:
+        if key in received:
+            by_second.setdefault(int(sent[key] - began), []).append(
+                (received[key] - sent[key]) * 1000
+            )
+    return [
+        {
+            "second": second,
+            "n": len(values),
+            "p50_ms": round(percentile(values, 50), 1),
+            "p99_ms": round(percentile(values, 99), 1),
+            "max_ms": round(max(values), 1),
+        }
+        for second, values in sorted(by_second.items())
+    ]
