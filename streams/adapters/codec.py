@@ -32,6 +32,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import SchemaParseException, fingerprint, to_parsing_canonical_form
 
 from streams.domain.models import (
+    AnalyticsDigest,
     Attempt,
     AttemptDigest,
     ControlEvent,
@@ -66,6 +67,7 @@ SCHEMA_FILES: Mapping[type[Any], str] = {
     ControlEvent: "control_event.avsc",
     Notification: "notification.avsc",
     AttemptDigest: "attempt_digest.avsc",
+    AnalyticsDigest: "analytics_digest.avsc",
 }
 
 
@@ -318,6 +320,17 @@ def _digest_from(d: AvroDict) -> AttemptDigest:
     return AttemptDigest(sealed_at=d["sealed_at"], attempts=tuple(d["attempts"]))
 
 
+def _analytics_digest_to(d: AnalyticsDigest) -> AvroDict:
+    return {"sealed_at": d.sealed_at, "subscription_ids": d.subscription_ids, "tallies": d.tallies}
+
+
+def _analytics_digest_from(d: AvroDict) -> AnalyticsDigest:
+    ids, tallies = tuple(d["subscription_ids"]), tuple(d["tallies"])
+    if len(ids) != len(tallies):
+        raise DecodeError("invalid_avro", "a digest names as many subscriptions as it has tallies")
+    return AnalyticsDigest(sealed_at=d["sealed_at"], subscription_ids=ids, tallies=tallies)
+
+
 _CONVERTERS: Mapping[type[Any], tuple[Callable[[Any], AvroDict], Callable[[AvroDict], Any]]] = {
     Event: (_event_to, _event_from),
     Subscription: (_subscription_to, _subscription_from),
@@ -328,6 +341,7 @@ _CONVERTERS: Mapping[type[Any], tuple[Callable[[Any], AvroDict], Callable[[AvroD
     ControlEvent: (_control_to, lambda d: ControlEvent(**d)),
     Notification: (_notification_to, _notification_from),
     AttemptDigest: (_digest_to, _digest_from),
+    AnalyticsDigest: (_analytics_digest_to, _analytics_digest_from),
 }
 
 

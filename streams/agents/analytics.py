@@ -1,12 +1,14 @@
 """Delivery analytics: the analytics agent, its tables, and reading them from any worker (O2).
 
 The agent reads `attempt-digests` in batches (`BATCH_MAX` records or `BATCH_WITHIN_S`,
-whichever comes first). A digest holds the attempts one dispatcher settled in one partition
-between two of its commits, each as the `attempts` ledger holds it (`streams.agents.outbox`):
-one Faust record per partition and commit instead of one per attempt, which is what this agent
-cost the worker when it read the ledger (docs/benchmarks.md, sections 15 and 18). Each
-subscription's attempts are folded with the pure ``streams.domain.analytics.fold``: a batch
-costs one read and one write per subscription and window it touches, not per attempt.
+whichever comes first). A digest holds what one dispatcher settled in one partition between two
+of its commits, folded ahead per subscription into a `Tally` (`streams.agents.outbox`): one
+Faust record per partition and commit instead of one per attempt, and a few aggregates to merge
+instead of every attempt to decode and fold on the event loop the deliveries share
+(docs/benchmarks.md, sections 15, 18 and 19). Each subscription's tallies are folded with the
+pure ``streams.domain.analytics.fold``: a batch costs one read and one write per subscription
+and window it touches. Digests an older worker left on the topic (the attempts themselves) are
+still read, and folded into tallies here.
 
 Two plain changelog tables, co-partitioned with `attempt-digests` and `attempts`
 (``lane_partitions`` partitions):
@@ -50,6 +52,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 import httpx
+import orjson
 from faust.web import View
 from yarl import URL
 
@@ -58,8 +61,15 @@ from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import partition_of
 from streams.api.auth import authenticate
 from streams.api.errors import UnauthorizedError, UnavailableError
-from streams.domain.analytics import Position, SubscriptionData, fold_into, read_stored
-from streams.domain.models import Attempt, AttemptDigest
+from streams.domain.analytics import (
+    Position,
+    SubscriptionData,
+    Tally,
+    counts_as_delivery,
+    fold_into,
+    read_stored,
+)
+from streams.domain.models import AnalyticsDigest, Attempt, AttemptDigest
 from streams.errors import DecodeError
 from streams.settings import Settings
 
@@ -132,21 +142,16 @@ class AnalyticsStore:
             self._fold_partition(partition, group)
 
     def _fold_partition(self, partition: int, events: list[Any]) -> None:
-        records: dict[str, list[tuple[Position, Attempt]]] = {}
+        records: dict[str, list[tuple[Position, Tally]]] = {}
         for event in events:
             at = (partition, event.message.offset)
             try:
-                digest = codec.decode(AttemptDigest, event.value)
+                tallies = _tallies(event.value)
             except DecodeError as exc:  # never crash-loop on one record (Q2)
                 log.error("attempt digest skipped by analytics: %s", exc, extra={"at": at})
                 continue
-            for ledger in digest.attempts:
-                try:
-                    att = codec.decode(Attempt, ledger)
-                except DecodeError as exc:
-                    log.error("attempt in a digest skipped by analytics: %s", exc)
-                    continue
-                records.setdefault(att.subscription_id, []).append((at, att))
+            for sub_id, tally in tallies:
+                records.setdefault(sub_id, []).append((at, tally))
         for sub_id, mine in records.items():
             if partition_of(sub_id, self.partitions) != partition:
                 log.error(
@@ -159,7 +164,7 @@ class AnalyticsStore:
             except Exception:  # one subscription's bad state must not stop the others
                 log.exception("attempts not counted", extra={"subscription_id": sub_id})
 
-    def _fold_subscription(self, sub_id: str, records: list[tuple[Position, Attempt]]) -> None:
+    def _fold_subscription(self, sub_id: str, records: list[tuple[Position, Tally]]) -> None:
         for key in fold_into(self.index, self.windows, sub_id, records):
             log.error(
                 "unreadable analytics record started afresh",
@@ -249,6 +254,39 @@ class AnalyticsStore:
             return {k: SubscriptionData.from_dict(v) for k, v in body["subscriptions"].items()}
         except (ValueError, KeyError, TypeError, AttributeError, DecodeError) as exc:
             raise UnavailableError(f"the worker at {owner} sent an unreadable answer") from exc
+
+
+def _tallies(value: bytes) -> list[tuple[str, Tally]]:
+    """A digest's tallies, by subscription. A digest an older worker wrote (`AttemptDigest`,
+    the attempts as the ledger holds them) is folded into tallies here, so that it counts once
+    at its own position like any other."""
+    try:
+        digest = codec.decode(AnalyticsDigest, value)
+    except DecodeError as exc:
+        if exc.reason != "unknown_schema":
+            raise
+        legacy = codec.decode(AttemptDigest, value)
+        built: dict[str, Tally] = {}
+        for ledger in legacy.attempts:
+            try:
+                att = codec.decode(Attempt, ledger)
+            except DecodeError as bad:
+                log.error("attempt in a digest skipped by analytics: %s", bad)
+                continue
+            if counts_as_delivery(att):
+                built.setdefault(att.subscription_id, Tally()).add(att)
+        return list(built.items())
+    return [
+        (sub_id, Tally.from_dict(_json(raw)))
+        for sub_id, raw in zip(digest.subscription_ids, digest.tallies, strict=True)
+    ]
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError("invalid_tally", f"a tally is not JSON: {exc}") from exc
 
 
 def _peer_view(store: AnalyticsStore) -> type[View]:

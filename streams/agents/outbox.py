@@ -7,13 +7,15 @@ successes of one subscription collapse into the latest one, which moves the heal
 exactly as the whole run would (a success resets it), while every failure is kept in order.
 
 The analytics agent reads **digests**, not the ledger (O2): every attempt that counts as a
-delivery is also kept, as the bytes the ledger got, in its partition's digest, and each digest
-is written once per commit (or sooner, at `DIGEST_MAX_BYTES`) under the key of one of its
+delivery is also folded into its subscription's `Tally` (its window aggregates and the steps
+of its retry backlog) in its partition's digest, and each digest is written once per commit
+(or sooner, at `DIGEST_MAX_SUBSCRIPTIONS` or `DIGEST_MAX_STEPS`) under the key of one of its
 subscriptions, so the producer's partitioner puts it in their common partition. One Faust
-record per partition and commit replaces one per attempt; the agent counts a digest once by its
-own position. A digest is written with the batch it belongs to, before that batch's positions
-are committed: a worker that dies between an attempt and its batch's commit loses that
-attempt's digest entry (the ledger keeps the attempt), and the delivery is attempted again.
+record per partition and commit, holding a few aggregates, replaces one record per attempt that
+the agent would decode and fold on the event loop deliveries share; the agent counts a digest
+once by its own position. A digest is written with the batch it belongs to, before that batch's
+positions are committed: a worker that dies between an attempt and its batch's commit loses
+that attempt from the analytics (the ledger keeps it), and the delivery is attempted again.
 
 Two ways to commit after it (D1). `seal` writes the buffered outcomes and closes the records
 produced so far under the positions settled so far; `committable` then hands back the positions
@@ -28,20 +30,31 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Final
 
+import orjson
 from confluent_kafka import Producer
 
 from streams import metrics
 from streams.adapters import codec
 from streams.adapters.kafka_clients import TP, BatchAcks, flush, partition_of
-from streams.domain.analytics import counts_as_delivery
+from streams.domain.analytics import Tally, counts_as_delivery
 from streams.domain.durations import format_duration
-from streams.domain.models import AttemptDigest, DeadLetter, Delivery, HealthOutcome, OutcomeClass
+from streams.domain.models import (
+    AnalyticsDigest,
+    Attempt,
+    DeadLetter,
+    Delivery,
+    HealthOutcome,
+    OutcomeClass,
+)
 from streams.domain.settle import Settlement
 from streams.settings import Settings
 
-#: A partition's digest is written before the commit once its attempts reach this many bytes
-#: (Kafka refuses records over 1 MiB by default; an attempt is a few hundred bytes).
-DIGEST_MAX_BYTES: Final = 256 * 1024
+#: A partition's digest is written before the commit once it holds this many subscriptions'
+#: tallies, or this many backlog steps (retries fired or scheduled): Kafka refuses records over
+#: 1 MiB by default, and a tally is under a kilobyte in most cases and about 10 KiB at most
+#: (two latency sketches of every bucket).
+DIGEST_MAX_SUBSCRIPTIONS: Final = 50
+DIGEST_MAX_STEPS: Final = 5_000
 #: Subscriptions whose partition is remembered; the memo starts over beyond this many.
 PARTITION_MEMO_MAX: Final = 200_000
 
@@ -49,8 +62,8 @@ PARTITION_MEMO_MAX: Final = 200_000
 @dataclass(slots=True)
 class _Digest:
     key: str  # a subscription of the partition: the producer's partitioner puts the digest there
-    attempts: list[bytes] = field(default_factory=list)
-    size: int = 0
+    tallies: dict[str, Tally] = field(default_factory=dict)
+    steps: int = 0
 
 
 class Outbox:
@@ -88,7 +101,7 @@ class Outbox:
         ledger = codec.encode(outcome.attempt)
         self._send(self._attempts, sub_id, ledger)
         if counts_as_delivery(outcome.attempt):
-            self._digest(sub_id, ledger)
+            self._digest(sub_id, outcome.attempt)
         if outcome.retry is not None and outcome.retry_tier is not None:
             self._send(self._tiers[outcome.retry_tier][1], sub_id, codec.encode(outcome.retry))
             metrics.record_retry(self._tier_names[outcome.retry_tier])
@@ -135,8 +148,8 @@ class Outbox:
         self._pending_health.clear()
         self._last_success.clear()
 
-    def _digest(self, sub_id: str, ledger: bytes) -> None:
-        """Add one attempt's ledger bytes to its partition's digest."""
+    def _digest(self, sub_id: str, attempt: Attempt) -> None:
+        """Fold one attempt into its subscription's tally in its partition's digest."""
         partition = self._partition_of.get(sub_id)
         if partition is None:
             if len(self._partition_of) >= PARTITION_MEMO_MAX:
@@ -146,14 +159,22 @@ class Outbox:
         digest = self._digests.get(partition)
         if digest is None:
             digest = self._digests[partition] = _Digest(sub_id)
-        digest.attempts.append(ledger)
-        digest.size += len(ledger)
-        if digest.size >= DIGEST_MAX_BYTES:
+        tally = digest.tallies.get(sub_id)
+        if tally is None:
+            tally = digest.tallies[sub_id] = Tally()
+        steps = len(tally.steps)
+        tally.add(attempt)
+        digest.steps += len(tally.steps) - steps
+        if len(digest.tallies) >= DIGEST_MAX_SUBSCRIPTIONS or digest.steps >= DIGEST_MAX_STEPS:
             del self._digests[partition]
             self._write_digest(digest)
 
     def _write_digest(self, digest: _Digest) -> None:
-        record = AttemptDigest(sealed_at=int(time.time() * 1000), attempts=tuple(digest.attempts))
+        record = AnalyticsDigest(
+            sealed_at=int(time.time() * 1000),
+            subscription_ids=tuple(digest.tallies),
+            tallies=tuple(orjson.dumps(t.to_dict()) for t in digest.tallies.values()),
+        )
         self._send(self._digests_topic, digest.key, codec.encode(record))
         self.digests_written += 1
 

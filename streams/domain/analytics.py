@@ -36,12 +36,13 @@ already holds. Each value is judged on its own: a crash can keep a window's writ
 index's (or the reverse), and the record is then folded into the one that lacks it only. An
 attempt the dispatcher itself made twice (at least once, D1) is two attempts, and counts twice.
 
-The analytics agent reads **digests** (`AttemptDigest`: the attempts of one partition between
-two dispatcher commits), so the attempts of one digest share its position: `fold` takes
-consecutive records at one position as the parts of one record, all counted or none. A scan of
-the ledger (`MemoryAnalytics`) gives every attempt its own position. Stored values name their
-position ``digest_position``: values written when the agent read the ledger itself hold ledger
-positions under ``position``, which say nothing about digests, and read as holding none.
+The analytics agent reads **digests** (`AnalyticsDigest`: one partition's attempts between two
+dispatcher commits), which hold a `Tally` per subscription: its attempts folded ahead by the
+dispatcher, per window, with the steps that move its retry backlog. A tally counts once by the
+position of its digest, all of it or none. A scan of the ledger (`MemoryAnalytics`) folds each
+attempt as a tally of one, at the attempt's own position. Stored values name their position
+``digest_position``: values written when the agent read the ledger itself hold ledger positions
+under ``position``, which say nothing about digests, and read as holding none.
 
 `fold` is the one way records enter the state. `fold_into` and `read_stored` keep the state in
 two mappings of serialised values (the analytics agent's tables, or plain dicts in tests), and
@@ -251,6 +252,19 @@ class RetryBacklog:
             self._schedule(att.next_retry_at)
         self.expire(att.started_at)
 
+    def replay(self, tally: Tally) -> None:
+        """Apply a tally's attempts: the same as `observe` of each of them, in order."""
+        for step in tally.steps:
+            if step.quiet_until is not None:
+                self.expire(step.quiet_until)
+            if step.fires:
+                self._fire(step.started_at)
+            if step.due is not None:
+                self._schedule(step.due)
+            self.expire(step.started_at)
+        if tally.quiet_until is not None:
+            self.expire(tally.quiet_until)
+
     def _schedule(self, due_ms: int) -> None:
         bucket = due_ms - due_ms % DUE_BUCKET_MS
         if bucket not in self.due and len(self.due) >= MAX_DUE_BUCKETS:
@@ -287,6 +301,90 @@ class RetryBacklog:
             raise DecodeError("invalid_backlog", f"not a retry backlog: {exc!r}") from exc
 
 
+@dataclass(frozen=True, slots=True)
+class BacklogStep:
+    """One attempt that moved the retry backlog, as a tally keeps it."""
+
+    quiet_until: int | None  # latest start of the attempts since the step before (moved none)
+    started_at: int
+    fires: bool  # a retry attempt: one retry fired
+    due: int | None  # an ``error``: the retry it scheduled
+
+
+@dataclass(slots=True)
+class Tally:
+    """One subscription's attempts, folded ahead: what the dispatcher's outbox sends the
+    analytics agent per subscription and commit (O2), and what one attempt of the ledger is
+    when a scan folds it.
+
+    Its windows are the `WindowAggregate` of its attempts by hourly window; its steps are the
+    attempts that moved the retry backlog, in order, each with the latest start of the attempts
+    between it and the step before (they only expired old retries). `RetryBacklog.replay` of a
+    tally therefore leaves exactly the backlog that `RetryBacklog.observe` of each attempt
+    would. The one approximation is in ``failed_types``: a window that sees more than
+    `TOP_TYPES_KEPT` failing types keeps heavy hitters (space-saving), and merging a tally's
+    counts differs from adding its attempts one by one in which light type it keeps.
+    """
+
+    windows: dict[int, WindowAggregate] = field(default_factory=dict)
+    steps: list[BacklogStep] = field(default_factory=list)
+    quiet_until: int | None = None  # latest start of the attempts after the last step
+    attempts: int = 0
+
+    @classmethod
+    def of(cls, att: Attempt) -> Tally:
+        tally = cls()
+        tally.add(att)
+        return tally
+
+    def add(self, att: Attempt) -> None:
+        """Fold one attempt in (the caller leaves out probe and test sends)."""
+        start = window_start(att.started_at)
+        window = self.windows.get(start)
+        if window is None:
+            window = self.windows[start] = WindowAggregate(start=start)
+        window.add(att)
+        self.attempts += 1
+        fires = att.lane is Lane.RETRY
+        due = att.next_retry_at if att.state is DeliveryState.ERROR else None
+        if fires or due is not None:
+            self.steps.append(BacklogStep(self.quiet_until, att.started_at, fires, due))
+            self.quiet_until = None
+        elif self.quiet_until is None or att.started_at > self.quiet_until:
+            self.quiet_until = att.started_at
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "windows": [w.to_dict() for w in self.windows.values()],
+            "steps": [[s.quiet_until, s.started_at, s.fires, s.due] for s in self.steps],
+            "quiet_until": self.quiet_until,
+            "attempts": self.attempts,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Tally:
+        try:
+            windows = [WindowAggregate.from_dict(w) for w in data["windows"]]
+            steps = [
+                BacklogStep(
+                    None if quiet is None else int(quiet),
+                    int(started),
+                    bool(fires),
+                    None if due is None else int(due),
+                )
+                for quiet, started, fires, due in data["steps"]
+            ]
+            quiet_until = data["quiet_until"]
+            return cls(
+                {w.start: w for w in windows},
+                steps,
+                None if quiet_until is None else int(quiet_until),
+                int(data["attempts"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise DecodeError("invalid_tally", f"not an attempt tally: {exc!r}") from exc
+
+
 @dataclass(slots=True)
 class SubscriptionIndex:
     """Per subscription: the window starts held, and the retry backlog."""
@@ -301,13 +399,19 @@ class SubscriptionIndex:
 
     def observe(self, att: Attempt) -> tuple[int, list[int]]:
         """Record ``att``: (its window start, windows now past retention to delete)."""
-        start = window_start(att.started_at)
-        self.windows.add(start)
-        self.backlog.observe(att)
+        return window_start(att.started_at), self.take(Tally.of(att))
+
+    def take(self, tally: Tally) -> list[int]:
+        """Record a tally: its windows and backlog steps; returns the windows now past
+        retention, to delete."""
+        self.windows.update(tally.windows)
+        self.backlog.replay(tally)
+        if not self.windows:
+            return []
         newest = max(self.windows)
         expired = sorted(w for w in self.windows if w + HOUR_MS + RETENTION_MS <= newest)
         self.windows.difference_update(expired)
-        return start, expired
+        return expired
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -363,41 +467,35 @@ class Fold:
 def fold(
     index: SubscriptionIndex,
     load: Callable[[int], WindowAggregate | None],
-    records: Iterable[tuple[Position, Attempt]],
+    records: Iterable[tuple[Position, Tally]],
 ) -> Fold:
-    """Fold one subscription's records, in their topic's order, into its index and windows.
+    """Fold one subscription's tallies, in their topic's order, into its index and windows.
 
     ``index`` is changed in place; ``load(start)`` gives the stored window that starts at
-    ``start``, or None. A record a value already holds is not folded into it again, and
-    consecutive records at one position are the parts of one digest (see the module). Probe and
-    test sends are skipped.
+    ``start``, or None. A record a value already holds is not folded into it again (see the
+    module): the index and each window judge that on their own.
     """
     result = Fold(index)
     loaded: dict[int, WindowAggregate | None] = {}
-    taken: dict[int, Position] = {}  # by window start: the position being folded into it
-    index_taking: Position | None = None
-    for at, att in records:
-        if not counts_as_delivery(att):
-            continue
-        start = window_start(att.started_at)
-        if at == index_taking or not index.holds(at):
-            start, expired = index.observe(att)
-            index.position = index_taking = at
-            result.index_changed = True
-            for old in expired:
+    for at, tally in records:
+        if not index.holds(at):
+            for old in index.take(tally):
                 result.windows.pop(old, None)
                 loaded[old] = None
                 result.expired.append(old)
-        if start not in index.windows:
-            continue  # older than the retention: expired already
-        if start not in loaded:
-            loaded[start] = load(start)
-        window = loaded[start] or WindowAggregate(start=start)
-        loaded[start] = window
-        if taken.get(start) == at or not window.holds(at):
-            window.add(att)
-            window.position = taken[start] = at
-            result.windows[start] = window
+            index.position = at
+            result.index_changed = True
+        for start, part in tally.windows.items():
+            if start not in index.windows:
+                continue  # older than the retention: expired already
+            if start not in loaded:
+                loaded[start] = load(start)
+            window = loaded[start] or WindowAggregate(start=start)
+            loaded[start] = window
+            if not window.holds(at):
+                window.merge(part)
+                window.position = at
+                result.windows[start] = window
     return result
 
 
@@ -416,7 +514,7 @@ class MemoryAnalytics:
         sub_id = att.subscription_id
         index = self.indexes.setdefault(sub_id, SubscriptionIndex())
         mine = self.windows.setdefault(sub_id, {})
-        result = fold(index, mine.get, [(at, att)])
+        result = fold(index, mine.get, [(at, Tally.of(att))])
         mine.update(result.windows)
         for start in result.expired:
             mine.pop(start, None)
@@ -455,7 +553,7 @@ def fold_into(
     indexes: MutableMapping[bytes, bytes],
     windows: MutableMapping[bytes, bytes],
     subscription_id: str,
-    records: Iterable[tuple[Position, Attempt]],
+    records: Iterable[tuple[Position, Tally]],
 ) -> list[bytes]:
     """`fold` one subscription's records into stored values: its index under its id in
     ``indexes``, its windows under `window_key` in ``windows``. Writes the windows before the

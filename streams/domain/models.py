@@ -142,9 +142,21 @@ class Attempt:
 
 
 @dataclass(frozen=True, slots=True)
+class AnalyticsDigest:
+    """What one dispatcher settled in one partition between two commits, for the analytics
+    agent (O2): one record per partition and commit, with each subscription's attempts folded
+    ahead (`streams.domain.analytics.Tally`)."""
+
+    sealed_at: int  # ms
+    subscription_ids: tuple[str, ...] = ()
+    tallies: tuple[bytes, ...] = ()  # the JSON form of each subscription's Tally, in that order
+
+
+@dataclass(frozen=True, slots=True)
 class AttemptDigest:
-    """The attempts one dispatcher settled in one partition between two commits, for the
-    analytics agent (O2): one record where the ledger has one per attempt."""
+    """The digest record of releases before `AnalyticsDigest`: one partition's attempts between
+    two commits, each as the ledger holds it. Read (never written) so that digests left on the
+    topic by an older worker still count after an upgrade."""
 
     sealed_at: int  # ms
     attempts: tuple[bytes, ...] = ()  # each exactly as written to the attempts topic

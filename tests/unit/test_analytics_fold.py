@@ -1,10 +1,10 @@
 """O2: every ledger record counts once in the stored analytics, across restarts and rebalances.
 
 The analytics agent folds batches of `attempt-digests` records (each the attempts of one
-dispatcher commit in one partition, all at the digest's position) into two tables with
-`fold_into`. A
-worker that restarts, or takes a partition over, restores the tables from their changelogs and
-reads again every record after the last committed offset. Faust commits an offset only once the
+dispatcher commit in one partition, folded ahead into one tally per subscription, all at the
+digest's position) into two tables with `fold_into`. A worker that restarts, or takes a
+partition over, restores the tables from their changelogs and reads again every record after
+the last committed offset. Faust commits an offset only once the
 table writes before it are acknowledged, but writes after it may or may not have survived, each
 stored value on its own (an index write can survive while a window write is lost, or the
 reverse). Whatever survived, reading the rest again must give the state of one clean pass:
@@ -14,6 +14,7 @@ retry backlog and windows alike.
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Sequence
 
 import orjson
@@ -25,7 +26,10 @@ from streams.domain.analytics import (
     RETENTION_MS,
     MemoryAnalytics,
     Position,
+    RetryBacklog,
     SubscriptionData,
+    Tally,
+    counts_as_delivery,
     fold_into,
     read_stored,
     window_key,
@@ -87,12 +91,15 @@ def records_of(rows: list[tuple[str, str, int]]) -> list[tuple[Position, Attempt
 
 
 def fold_batch(indexes: Stored, windows: Stored, batch: Sequence[tuple[Position, Attempt]]) -> None:
-    """What the agent does with one batch: each subscription's records, in ledger order."""
-    by_sub: dict[str, list[tuple[Position, Attempt]]] = {}
-    for record in batch:
-        by_sub.setdefault(record[1].subscription_id, []).append(record)
+    """What the agent does with one batch: each subscription's tallies, in topic order. The
+    attempts at one position (one digest) are one tally per subscription, folded in order and
+    without probes, as the dispatcher's outbox writes them."""
+    by_sub: dict[str, dict[Position, Tally]] = {}
+    for at, att in batch:
+        if counts_as_delivery(att):
+            by_sub.setdefault(att.subscription_id, {}).setdefault(at, Tally()).add(att)
     for sub, mine in by_sub.items():
-        assert fold_into(indexes, windows, sub, mine) == []
+        assert fold_into(indexes, windows, sub, list(mine.items())) == []
 
 
 def truth(records: list[tuple[Position, Attempt]]) -> dict[str, SubscriptionData | None]:
@@ -259,9 +266,47 @@ def test_o2_an_unreadable_stored_value_is_started_afresh() -> None:
     indexes: Stored = {b"sub-a": b"not json"}
     windows: Stored = {window_key("sub-a", T0): orjson.dumps({"start": "x"})}
     unreadable = fold_into(
-        indexes, windows, "sub-a", [((PARTITION, 0), attempt("sub-a", "ok", T0))]
+        indexes, windows, "sub-a", [((PARTITION, 0), Tally.of(attempt("sub-a", "ok", T0)))]
     )
     assert unreadable == [b"sub-a", window_key("sub-a", T0)]
     data = read_stored(indexes, windows, "sub-a", 0)
     assert data is not None and data.windows[0].attempts == 1
     assert read_stored({b"sub-b": b"[]"}, {}, "sub-b", 0) is None
+
+
+@given(ledgers, st.randoms(use_true_random=False))
+def test_o2_a_tally_moves_the_backlog_as_its_attempts_one_by_one(
+    rows: list[tuple[str, str, int]], order: random.Random
+) -> None:
+    """A tally keeps only the attempts that moved the retry backlog, each with the latest start
+    of the quiet ones before it: replaying it leaves exactly the backlog of observing every
+    attempt in order, and its windows count what adding the attempts one by one counts. Its
+    JSON form reads back equal."""
+    attempts = [att for _, att in records_of(rows) if counts_as_delivery(att)]
+    order.shuffle(attempts)  # concurrent attempts settle in any order of their starts
+    one_by_one = RetryBacklog({T0 + 60_000 * n: 1 for n in range(3)})  # some retries waiting
+    replayed = RetryBacklog(dict(one_by_one.due))
+    tally = Tally()
+    for att in attempts:
+        one_by_one.observe(att)
+        tally.add(att)
+    replayed.replay(tally)
+    assert replayed == one_by_one
+    assert tally.attempts == len(attempts) == sum(w.attempts for w in tally.windows.values())
+    assert Tally.from_dict(orjson.loads(orjson.dumps(tally.to_dict()))) == tally
+
+
+def test_o2_a_tally_expires_retries_before_a_later_step_as_the_attempts_did() -> None:
+    """An attempt that moved no retry still expired the stale ones before the next step: a
+    retry firing after it must not take one of those."""
+    waiting = {T0: 1, T0 + 30 * 60_000: 1}
+    quiet = attempt("sub-a", "ok", T0 + 20 * 60_000)  # T0's retry is stale by then
+    fired = attempt("sub-a", "retried_ok", T0 + 10 * 60_000)  # started earlier, settled later
+    one_by_one = RetryBacklog(dict(waiting))
+    replayed = RetryBacklog(dict(waiting))
+    tally = Tally()
+    for att in (quiet, fired):
+        one_by_one.observe(att)
+        tally.add(att)
+    replayed.replay(tally)
+    assert one_by_one.due == {} and replayed == one_by_one

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from streams.adapters import codec
 from streams.domain.models import (
+    AnalyticsDigest,
     Attempt,
     AttemptDigest,
     ControlEvent,
@@ -159,6 +160,13 @@ notifications = st.builds(
     recipients=tuples_of(texts),
 )
 digests = st.builds(AttemptDigest, sealed_at=longs, attempts=tuples_of(st.binary()))
+analytics_digests = st.builds(
+    lambda sealed_at, pairs: AnalyticsDigest(
+        sealed_at, tuple(sub for sub, _ in pairs), tuple(tally for _, tally in pairs)
+    ),
+    longs,
+    st.lists(st.tuples(texts, st.binary()), max_size=4),
+)
 
 RECORDS: dict[type[Any], st.SearchStrategy[Any]] = {
     Event: events,
@@ -170,6 +178,7 @@ RECORDS: dict[type[Any], st.SearchStrategy[Any]] = {
     ControlEvent: control_events,
     Notification: notifications,
     AttemptDigest: digests,
+    AnalyticsDigest: analytics_digests,
 }
 any_record = st.one_of(*RECORDS.values())
 record_classes = pytest.mark.parametrize("cls", list(RECORDS), ids=lambda c: c.__name__)
@@ -687,3 +696,13 @@ def test_q5_arbitrary_input_is_an_event_or_a_decode_error(
         return
     assert isinstance(orjson.loads(event.data_json), dict)
     assert codec.decode(Event, codec.encode(event)) == event
+
+
+def test_o2_a_digest_with_a_tally_short_is_refused() -> None:
+    """Each subscription of an `AnalyticsDigest` has its tally: a mismatch is not misread."""
+    data = codec.encode(
+        AnalyticsDigest(sealed_at=NOW, subscription_ids=("a", "b"), tallies=(b"{}",))
+    )
+    with pytest.raises(DecodeError) as info:
+        codec.decode(AnalyticsDigest, data)
+    assert info.value.reason == "invalid_avro"

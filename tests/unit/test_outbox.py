@@ -1,5 +1,5 @@
 """O2, D1: the dispatcher's outbox writes the attempt ledger and, per partition and commit, one
-digest of the same attempts for the analytics agent.
+digest of the same attempts, folded ahead into a tally per subscription, for the analytics agent.
 
 A recording producer stands in for Kafka here: what is checked is which records the outbox
 hands the producer, and when. The digests' path through a real broker and a real analytics
@@ -17,8 +17,17 @@ from streams.adapters import codec
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import partition_of
 from streams.agents import outbox as outbox_module
+from streams.agents.analytics import _tallies
 from streams.agents.outbox import Outbox
-from streams.domain.models import Attempt, AttemptDigest, DeliveryState, Lane, OutcomeClass
+from streams.domain.analytics import Tally
+from streams.domain.models import (
+    AnalyticsDigest,
+    Attempt,
+    AttemptDigest,
+    DeliveryState,
+    Lane,
+    OutcomeClass,
+)
 from streams.domain.settle import Settlement
 from streams.settings import Settings, load_settings
 
@@ -81,11 +90,26 @@ def subs_in(partitions: int, wanted: int, count: int, taken: int = 0) -> list[st
     return found[taken : taken + count]
 
 
-def digests(producer: RecordingProducer, settings: Settings) -> list[tuple[str, AttemptDigest]]:
+def digests(producer: RecordingProducer, settings: Settings) -> list[tuple[str, AnalyticsDigest]]:
     return [
-        (key.decode(), codec.decode(AttemptDigest, value))
+        (key.decode(), codec.decode(AnalyticsDigest, value))
         for key, value in producer.on(settings.topic("attempt-digests"))
     ]
+
+
+def read(producer: RecordingProducer, settings: Settings) -> list[tuple[str, list[Tally]]]:
+    """Each digest's key and its tallies, as the analytics agent reads them."""
+    return [
+        (key.decode(), [tally for _, tally in _tallies(value)])
+        for key, value in producer.on(settings.topic("attempt-digests"))
+    ]
+
+
+def tally_of(ledger: list[bytes]) -> Tally:
+    tally = Tally()
+    for raw in ledger:
+        tally.add(codec.decode(Attempt, raw))
+    return tally
 
 
 def make(settings: Settings) -> tuple[Outbox, RecordingProducer, int]:
@@ -95,7 +119,7 @@ def make(settings: Settings) -> tuple[Outbox, RecordingProducer, int]:
     return Outbox(settings, producer, tiers, partitions), producer, partitions  # type: ignore[arg-type]
 
 
-def test_o2_one_digest_per_partition_and_commit_holds_the_ledger_bytes(settings: Settings) -> None:
+def test_o2_one_digest_per_partition_and_commit_tallies_the_ledger(settings: Settings) -> None:
     box, producer, partitions = make(settings)
     a, b = subs_in(partitions, 3, 2)
     (c,) = subs_in(partitions, 7, 1)
@@ -112,12 +136,31 @@ def test_o2_one_digest_per_partition_and_commit_holds_the_ledger_bytes(settings:
     by_partition = {partition_of(key, partitions): digest for key, digest in written}
     # each digest is keyed by a subscription of its partition, so the partitioner puts it there
     assert sorted(by_partition) == [3, 7]
-    assert list(by_partition[3].attempts) == [ledger[0], ledger[2], ledger[3]]
-    assert list(by_partition[7].attempts) == [ledger[1]]
+    assert by_partition[3].subscription_ids == (a, b)
+    assert by_partition[7].subscription_ids == (c,)
+    tallies = {partition_of(key, partitions): found for key, found in read(producer, settings)}
+    assert tallies[3] == [tally_of([ledger[0], ledger[3]]), tally_of([ledger[2]])]
+    assert tallies[7] == [tally_of([ledger[1]])]
+    assert tallies[3][0].attempts == 2
     assert box.digests_written == 2
 
     box.seal({}, 0)
     assert len(digests(producer, settings)) == 2, "nothing settled since: no empty digest"
+
+
+def test_o2_a_digest_of_an_older_worker_reads_as_the_same_tallies(settings: Settings) -> None:
+    """Digests an older worker wrote hold the ledger's bytes; the agent folds them into the
+    tallies this release writes, so an upgrade loses none of them."""
+    box, producer, partitions = make(settings)
+    a, b = subs_in(partitions, 2, 2)
+    for outcome in (settled(a), settled(b, Lane.PROBE), settled(b), settled(a, Lane.RETRY)):
+        box.settle(outcome)
+    box.seal({}, 0)
+    ledger = [value for _, value in producer.on(settings.topic("attempts"))]
+    legacy = codec.encode(AttemptDigest(sealed_at=T0, attempts=tuple(ledger)))
+    ((_, current),) = read(producer, settings)
+    assert [tally for _, tally in _tallies(legacy)] == current
+    assert [sub for sub, _ in _tallies(legacy)] == [a, b]
 
 
 def test_o2_probe_and_test_sends_stay_out_of_the_digests(settings: Settings) -> None:
@@ -128,25 +171,29 @@ def test_o2_probe_and_test_sends_stay_out_of_the_digests(settings: Settings) -> 
     box.settle(settled(sub, Lane.RETRY))
     box.seal({}, 0)
     assert len(producer.on(settings.topic("attempts"))) == 3  # the ledger has every attempt
-    ((_, digest),) = digests(producer, settings)
-    assert [codec.decode(Attempt, a).lane for a in digest.attempts] == [Lane.RETRY]
+    ((_, (tally,)),) = read(producer, settings)
+    assert tally.attempts == 1 and [s.fires for s in tally.steps] == [True]
 
 
 def test_o2_a_large_digest_is_written_before_the_commit(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Kafka caps a record's size: a digest is written as soon as it holds the cap's worth."""
-    monkeypatch.setattr(outbox_module, "DIGEST_MAX_BYTES", 2_000)
+    """Kafka caps a record's size: a digest is written as soon as it holds its cap of
+    subscriptions, or of retry steps."""
+    monkeypatch.setattr(outbox_module, "DIGEST_MAX_SUBSCRIPTIONS", 3)
+    monkeypatch.setattr(outbox_module, "DIGEST_MAX_STEPS", 4)
     box, producer, partitions = make(settings)
-    (sub,) = subs_in(partitions, 5, 1)
-    for _ in range(10):
-        box.settle(settled(sub, excerpt="x" * 300))
+    subs = subs_in(partitions, 5, 7)
+    for sub in subs:
+        box.settle(settled(sub))
     early = digests(producer, settings)
-    assert early, "written before the commit"
-    assert all(sum(map(len, d.attempts)) < 2_000 + 700 for _, d in early)
+    assert [len(d.subscription_ids) for _, d in early] == [3, 3], "written before the commit"
+    for _ in range(5):
+        box.settle(settled(subs[0], Lane.RETRY))
+    assert len(digests(producer, settings)) == 3, "four retry steps: written early too"
     box.seal({}, 0)
-    total = sum(len(d.attempts) for _, d in digests(producer, settings))
-    assert total == 10, "every attempt in exactly one digest"
+    counted = sum(t.attempts for _, tallies in read(producer, settings) for t in tallies)
+    assert counted == 12, "every attempt in exactly one digest"
 
 
 def test_d1_digests_belong_to_the_batch_they_are_sealed_with(settings: Settings) -> None:
