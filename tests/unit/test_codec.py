@@ -189,6 +189,15 @@ def sample_event(**changes: Any) -> Event:
     return dataclasses.replace(base, **changes)
 
 
+def sample_attempt() -> Attempt:
+    return Attempt(
+        "d", "sub_1", "acme", "evt_1", "invoice.paid", 2, Lane.RETRY, NOW, 12.5,
+        OutcomeClass.RETRYABLE, "http_503", DeliveryState.ERROR, http_status=503,
+        error="Service Unavailable", response_excerpt="busy", next_retry_at=NOW + 60_000,
+        published_at=NOW - 5, first_attempt_at=NOW - 60_000,
+    )  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------
 # The schema files (§4).
 
@@ -348,6 +357,27 @@ def test_q5_encode_delivery_is_byte_identical_to_encode(delivery: Delivery) -> N
     assert codec.encode_delivery(delivery, event_body) == expected
     assert codec.encode_delivery(delivery) == expected
     assert codec.decode(Delivery, codec.encode_delivery(delivery, event_body)) == delivery
+
+
+@given(attempts)
+def test_q5_the_hand_written_attempt_is_byte_identical_to_fastavro(attempt: Attempt) -> None:
+    """The dispatcher writes one Attempt per HTTP attempt through a hand-written layout; the
+    bytes must be fastavro's, and read back equal."""
+    expected = codec.default_codec().encode_generic(attempt)
+    assert codec.encode(attempt) == expected
+    assert codec.decode(Attempt, codec.encode(attempt)) == attempt
+
+
+def test_encode_attempt_falls_back_for_another_attempt_schema(tmp_path: Path) -> None:
+    """A codec over a changed Attempt schema must not use the hand-written layout."""
+    shutil.copytree(codec.schemas_dir(), tmp_path, dirs_exist_ok=True)
+    changed = raw_schema(Attempt)
+    changed["fields"].append({"name": "extra", "type": "long", "default": 7, "doc": "new"})
+    (tmp_path / "attempt.avsc").write_text(json.dumps(changed))
+    other = codec.Codec(codec.load_schemas(tmp_path))
+    attempt = sample_attempt()
+    assert other.encode(attempt) == other.encode_generic(attempt)
+    assert other.encode(attempt)[codec.HEADER_SIZE :] != codec.encode(attempt)[codec.HEADER_SIZE :]
 
 
 def test_encode_delivery_falls_back_for_another_delivery_schema(tmp_path: Path) -> None:
