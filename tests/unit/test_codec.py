@@ -295,13 +295,18 @@ def test_s4_fingerprints_are_distinct() -> None:
     assert len(prints) == len(RECORDS)
 
 
+def codec_with_extra_field(tmp_path: Path, cls: type[Any], default: int) -> codec.Codec:
+    """A codec over the repository's schemas, but with a long field added to ``cls``'s."""
+    shutil.copytree(codec.schemas_dir(), tmp_path, dirs_exist_ok=True)
+    changed = raw_schema(cls)
+    changed["fields"].append({"name": "extra", "type": "long", "default": default, "doc": "new"})
+    (tmp_path / codec.SCHEMA_FILES[cls]).write_text(json.dumps(changed))
+    return codec.Codec(codec.load_schemas(tmp_path))
+
+
 def test_s4_override_directory_is_used(tmp_path: Path) -> None:
     """A changed schema in another directory gets another fingerprint, and old bytes are refused."""
-    shutil.copytree(codec.schemas_dir(), tmp_path, dirs_exist_ok=True)
-    changed = raw_schema(ControlEvent)
-    changed["fields"].append({"name": "extra", "type": "long", "default": 0, "doc": "new"})
-    (tmp_path / "control_event.avsc").write_text(json.dumps(changed))
-    other = codec.Codec(codec.load_schemas(tmp_path))
+    other = codec_with_extra_field(tmp_path, ControlEvent, 0)
     assert codec.schemas_dir(tmp_path) == tmp_path
     event = sample_event()
     assert other.decode(Event, codec.encode(event)) == event
@@ -370,11 +375,7 @@ def test_q5_the_hand_written_attempt_is_byte_identical_to_fastavro(attempt: Atte
 
 def test_encode_attempt_falls_back_for_another_attempt_schema(tmp_path: Path) -> None:
     """A codec over a changed Attempt schema must not use the hand-written layout."""
-    shutil.copytree(codec.schemas_dir(), tmp_path, dirs_exist_ok=True)
-    changed = raw_schema(Attempt)
-    changed["fields"].append({"name": "extra", "type": "long", "default": 7, "doc": "new"})
-    (tmp_path / "attempt.avsc").write_text(json.dumps(changed))
-    other = codec.Codec(codec.load_schemas(tmp_path))
+    other = codec_with_extra_field(tmp_path, Attempt, 7)
     attempt = sample_attempt()
     assert other.encode(attempt) == other.encode_generic(attempt)
     assert other.encode(attempt)[codec.HEADER_SIZE :] != codec.encode(attempt)[codec.HEADER_SIZE :]
@@ -382,11 +383,7 @@ def test_encode_attempt_falls_back_for_another_attempt_schema(tmp_path: Path) ->
 
 def test_encode_delivery_falls_back_for_another_delivery_schema(tmp_path: Path) -> None:
     """A codec over a changed Delivery schema must not use the hand-written layout."""
-    shutil.copytree(codec.schemas_dir(), tmp_path, dirs_exist_ok=True)
-    changed = raw_schema(Delivery)
-    changed["fields"].append({"name": "extra", "type": "long", "default": 7, "doc": "new"})
-    (tmp_path / "delivery.avsc").write_text(json.dumps(changed))
-    other = codec.Codec(codec.load_schemas(tmp_path))
+    other = codec_with_extra_field(tmp_path, Delivery, 7)
     delivery = Delivery("d", "sub_1", "acme", sample_event(), first_attempt_at=NOW)
     assert other.encode_delivery(delivery) == other.encode(delivery)
     assert other.encode_delivery(delivery) != codec.encode(delivery)
