@@ -424,7 +424,6 @@ def _attempt_body(a: Attempt) -> bytes:
 
 
 def _delivery_body(v: Delivery, event_body: bytes) -> bytes:
-    first_attempt = b"\x00" if v.first_attempt_at is None else b"\x02" + _long(v.first_attempt_at)
     return b"".join(
         (
             _string(v.delivery_id),
@@ -434,7 +433,7 @@ def _delivery_body(v: Delivery, event_body: bytes) -> bytes:
             _long(v.attempt),
             _string(v.lane.value),
             _long(v.routed_at),
-            first_attempt,
+            _optional_long(v.first_attempt_at),
             _long(v.due_at),
         )
     )

@@ -329,7 +329,11 @@ class Tally:
     windows: dict[int, WindowAggregate] = field(default_factory=dict)
     steps: list[BacklogStep] = field(default_factory=list)
     quiet_until: int | None = None  # latest start of the attempts after the last step
-    attempts: int = 0
+
+    @property
+    def attempts(self) -> int:
+        """How many attempts the tally holds."""
+        return sum(w.attempts for w in self.windows.values())
 
     @classmethod
     def of(cls, att: Attempt) -> Tally:
@@ -344,7 +348,6 @@ class Tally:
         if window is None:
             window = self.windows[start] = WindowAggregate(start=start)
         window.add(att)
-        self.attempts += 1
         fires = att.lane is Lane.RETRY
         due = att.next_retry_at if att.state is DeliveryState.ERROR else None
         if fires or due is not None:
@@ -358,7 +361,6 @@ class Tally:
             "windows": [w.to_dict() for w in self.windows.values()],
             "steps": [[s.quiet_until, s.started_at, s.fires, s.due] for s in self.steps],
             "quiet_until": self.quiet_until,
-            "attempts": self.attempts,
         }
 
     @classmethod
@@ -379,7 +381,6 @@ class Tally:
                 {w.start: w for w in windows},
                 steps,
                 None if quiet_until is None else int(quiet_until),
-                int(data["attempts"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DecodeError("invalid_tally", f"not an attempt tally: {exc!r}") from exc
