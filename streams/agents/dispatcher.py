@@ -12,6 +12,7 @@ behind retries: a retry occupies a timer, not a dispatch slot, until it is due.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import random
 import threading
@@ -233,10 +234,11 @@ class Dispatcher:
         deadline = time.monotonic() + REVOKE_GRACE_S
         while time.monotonic() < deadline and any(self._flow.running[tp] > 0 for tp in tps):
             time.sleep(0.05)
-        with self._lock:
-            positions = {tp: pos for tp in tps if (pos := self._tracker.position(tp)) is not None}
-            self._tracker.revoke(tps)
-            self._assigned.difference_update(tps)
+        try:
+            positions = self._on_loop(lambda: self._release(tps))
+        except Exception as exc:  # nothing committed: the new owner replays from the last commit
+            log.warning("revoked partitions not released: %s", exc)
+            positions = {}
         try:
             if self._producer.flush(10) == 0:
                 commit(consumer, positions)
@@ -248,6 +250,43 @@ class Dispatcher:
         loop = self._loop
         if loop is not None:
             loop.call_soon_threadsafe(self._cancel_timers, tps)
+
+    def _release(self, tps: list[TP]) -> dict[TP, int]:
+        """Write the outbox's buffered health outcomes and digests, then take revoked
+        partitions' positions out of the tracker. On the event loop, where deliveries settle,
+        both happen between two settlements: every delivery settled under those positions has
+        every record produced, so committing them after a producer flush loses none (D1, D10)."""
+        self._outbox.write_buffered()
+        with self._lock:
+            positions = {tp: pos for tp in tps if (pos := self._tracker.position(tp)) is not None}
+            self._tracker.revoke(tps)
+            self._assigned.difference_update(tps)
+        return positions
+
+    def _on_loop(self, call: Callable[[], dict[TP, int]]) -> dict[TP, int]:
+        """Run ``call`` on the dispatcher's event loop and wait for it: a rebalance callback
+        runs in `take`'s thread, while the outbox belongs to the loop. In place when the loop
+        is this thread's, or not running (nothing settles on it)."""
+        loop = self._loop
+        try:
+            here = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            here = False
+        if loop is None or here or not loop.is_running():
+            return call()
+        answer: concurrent.futures.Future[dict[TP, int]] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                answer.set_result(call())
+            except BaseException as exc:
+                answer.set_exception(exc)
+
+        try:
+            loop.call_soon_threadsafe(run)
+        except RuntimeError:  # closed meanwhile
+            return call()
+        return answer.result(timeout=REVOKE_GRACE_S)
 
     def _cancel_timers(self, tps: list[TP]) -> None:
         self._flow.forget(set(tps))

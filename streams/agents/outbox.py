@@ -178,7 +178,7 @@ class Outbox:
         self._send(self._digests_topic, digest.key, codec.encode(record))
         self.digests_written += 1
 
-    def _write_buffered(self) -> None:
+    def write_buffered(self) -> None:
         self._write_health()
         for digest in self._digests.values():
             self._write_digest(digest)
@@ -188,7 +188,7 @@ class Outbox:
         """Write buffered health outcomes and digests, and close the records produced so far:
         ``positions`` (with the caller's ``mark``) become committable once Kafka has
         acknowledged them all."""
-        self._write_buffered()
+        self.write_buffered()
         self._acks.seal(positions, mark)
 
     def committable(self) -> tuple[dict[TP, int], int]:
@@ -203,5 +203,5 @@ class Outbox:
     async def flush(self, timeout_s: float = 30.0) -> None:
         """Write buffered health outcomes and digests, then wait for every record to be
         acknowledged."""
-        self._write_buffered()
+        self.write_buffered()
         await flush(self._producer, self._acks, timeout_s)

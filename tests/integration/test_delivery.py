@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Callable
 
 import orjson
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 from standardwebhooks.webhooks import Webhook
 
+from streams.adapters import codec
+from streams.adapters.kafka_clients import partition_of
+from streams.adapters.topic_reader import scan
+from streams.agents import dispatcher as dispatcher_module
 from streams.domain.idempotency import delivery_id
-from streams.domain.models import DeliveryState
+from streams.domain.models import AnalyticsDigest, DeliveryState, HealthOutcome, OutcomeClass
 from streams.settings import Settings
 from tests.integration.pipeline_harness import PipelineHarness, make_event
 from tests.receivers import PerId, Receiver, Reset, Respond
@@ -198,3 +203,44 @@ async def test_q2_poison_events_are_dead_lettered_and_routing_goes_on(
     assert len(reasons) == 3, reasons
     assert all(d.raw is not None for d in letters)
     assert {"invalid_event"} <= set(reasons)
+
+
+async def test_d1_d10_a_revoke_writes_buffered_outcomes_before_it_commits_their_positions(
+    make_settings: Callable[..., Settings],
+    receiver_factory: Callable[..., Receiver],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A revoked partition's position is committed at once; the health outcomes and digests of
+    the deliveries under it, buffered until the next seal, must be on Kafka before that."""
+    monkeypatch.setattr(dispatcher_module, "COMMIT_INTERVAL_S", 3600.0)  # no seal by time
+    receiver = receiver_factory()
+    url = receiver.route("/ok", Respond(200))
+    settings = make_settings(**SHORT)
+    async with PipelineHarness(settings) as h:
+        sub = await h.subscribe(url, ["invoice.*"])
+        await h.publish([make_event("acme", "invoice.paid", n) for n in range(5)])
+        dispatcher = h.pipeline.dispatcher
+        assert dispatcher is not None
+        await h.wait_for(lambda: dispatcher.settled_count >= 5, timeout_s=30)
+        consumer = dispatcher._consumer
+        assert consumer is not None
+        # the rebalance callback runs in the thread of the lane's read, as librdkafka calls it
+        await asyncio.to_thread(dispatcher._on_revoke, consumer, consumer.assignment())
+        health = [
+            codec.decode(HealthOutcome, m.value() or b"")
+            for m in await asyncio.to_thread(list, scan(settings, settings.topic("health")))
+        ]
+        digests = [
+            codec.decode(AnalyticsDigest, m.value() or b"")
+            for m in await asyncio.to_thread(
+                list, scan(settings, settings.topic("attempt-digests"))
+            )
+        ]
+        partition = partition_of(sub.id, dispatcher._outbox._partitions)
+        committed = await asyncio.to_thread(
+            consumer.committed, [TopicPartition(settings.topic("routed"), partition)], 10
+        )
+    # five successes of one subscription collapse into the latest (D10)
+    assert [(o.subscription_id, o.outcome) for o in health] == [(sub.id, OutcomeClass.SUCCESS)]
+    assert [d.subscription_ids for d in digests] == [(sub.id,)]
+    assert committed[0].offset == 5  # past all five, committed by the revoke itself
