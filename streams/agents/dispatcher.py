@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import random
 import threading
@@ -26,6 +27,7 @@ from streams.adapters import codec
 from streams.adapters.http import Transport
 from streams.adapters.kafka_clients import (
     AsyncCommitter,
+    LaneThread,
     ProduceError,
     commit,
     coordinates,
@@ -165,6 +167,7 @@ class Dispatcher:
         self._next_shed = 0.0
         self._assigned: set[TP] = set()
         self._consumer: Consumer | None = None
+        self._reads: LaneThread | None = None  # the thread of the consumer's calls, in `run`
         self._loop: asyncio.AbstractEventLoop | None = None
         self.settled_count = 0
 
@@ -527,23 +530,27 @@ class Dispatcher:
         self._outbox.seal(positions, settled)
         await self._outbox.flush()
         ready, mark = self._outbox.committable()  # every batch: all of them are acknowledged
-        await asyncio.get_running_loop().run_in_executor(
-            None, self._committer.commit_sync, consumer, ready, max(mark, settled)
+        reads = self._reads
+        assert reads is not None
+        await reads.call(
+            functools.partial(self._committer.commit_sync, consumer, ready, max(mark, settled))
         )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Dispatch until ``stop`` is set, then finish in-flight attempts and commit."""
         await self._registry.ready.wait()
-        loop = self._loop = asyncio.get_running_loop()
+        self._loop = asyncio.get_running_loop()
         consumer = self._consumer = make_consumer(
             self._settings, "dispatch", on_commit=self._committer.on_commit
         )
         consumer.subscribe(self._lanes, on_assign=self._on_assign, on_revoke=self._on_revoke)
+        reads = self._reads = LaneThread("dispatch-reads")  # every call on the consumer
         buffer_cap = self._settings.dispatch_concurrency * BUFFER_PER_SLOT
         partition_cap = max(1, buffer_cap // PARTITION_SHARE)
         # one batch could otherwise overfill a partition's share before its pause takes effect
         batch = min(self._settings.dispatch_batch_size, partition_cap)
         uncommitted_cap = self._settings.dispatch_concurrency * UNCOMMITTED_CAP_PER_SLOT
+        read = functools.partial(take, consumer, batch, 0.05, self._rebalance_count)
         last_commit = time.monotonic()
         try:
             while not stop.is_set():
@@ -562,10 +569,7 @@ class Dispatcher:
                     await self._commit_or_wait()
                     last_commit = time.monotonic()
                     continue
-                msgs = await loop.run_in_executor(
-                    None, take, consumer, batch, 0.05, self._rebalance_count
-                )
-                for msg in msgs:
+                for msg in await reads.call(read):
                     if msg.error() is None:
                         self._take(msg)
                     else:
@@ -612,11 +616,13 @@ class Dispatcher:
 
     async def _shutdown(self, consumer: Consumer, deadline_s: float = 20.0) -> None:
         """One deadline for in-flight attempts; then flush, commit and leave the group."""
-        loop = asyncio.get_running_loop()
         for tp in list(self._timers):
             self._cancel_timers([tp])
         await self._flow.drain(deadline_s)
+        reads = self._reads
+        assert reads is not None
         try:
             await self._commit_now()
         finally:
-            await loop.run_in_executor(None, consumer.close)
+            await reads.call(consumer.close)
+            reads.stop()

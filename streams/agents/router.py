@@ -12,6 +12,7 @@ grows with the matching subscriptions, not with all of them (P7).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from streams.adapters import codec
 from streams.adapters.kafka_clients import (
     AsyncCommitter,
     BatchAcks,
+    LaneThread,
     coordinates,
     header,
     make_consumer,
@@ -139,11 +141,10 @@ class Router:
         """Commit the acked batches' positions without waiting for Kafka's answer."""
         self._committer.send(consumer, self._acks.committable())
 
-    async def _commit_now(self, consumer: Consumer) -> None:
+    async def _commit_now(self, consumer: Consumer, reads: LaneThread) -> None:
         """Commit every acked position and wait for Kafka to take it (at shutdown)."""
         positions = self._acks.committable()
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self._committer.commit_sync, consumer, positions)
+        await reads.call(functools.partial(self._committer.commit_sync, consumer, positions))
 
     def _rebalance_count(self) -> int:
         return self._rebalances
@@ -181,16 +182,16 @@ class Router:
         )
         batch = self._settings.dispatch_batch_size
         max_unacked = batch * UNACKED_BATCHES
+        reads = LaneThread("router-reads")  # every call on the consumer goes through it
+        read = functools.partial(take, consumer, batch, 0.1, self._rebalance_count)
+        wait_for_acks = functools.partial(self._producer.poll, 0.05)
         last_commit = time.monotonic()
         try:
             while not stop.is_set():
                 if self._acks.unacked >= max_unacked:
-                    await loop.run_in_executor(None, self._producer.poll, 0.05)
+                    await reads.call(wait_for_acks)
                 else:
-                    msgs = await loop.run_in_executor(
-                        None, take, consumer, batch, 0.1, self._rebalance_count
-                    )
-                    self._route_batch(msgs)
+                    self._route_batch(await reads.call(read))
                 self._producer.poll(0)  # serve delivery reports
                 if time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
                     self._commit_soon(consumer)
@@ -198,6 +199,7 @@ class Router:
         finally:
             try:
                 await loop.run_in_executor(None, self._producer.flush, 30)
-                await self._commit_now(consumer)
+                await self._commit_now(consumer, reads)
             finally:
-                await loop.run_in_executor(None, consumer.close)
+                await reads.call(consumer.close)
+                reads.stop()
