@@ -12,7 +12,6 @@ behind retries: a retry occupies a timer, not a dispatch slot, until it is due.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import functools
 import logging
 import random
@@ -238,7 +237,7 @@ class Dispatcher:
         while time.monotonic() < deadline and any(self._flow.running[tp] > 0 for tp in tps):
             time.sleep(0.05)
         try:
-            positions = self._on_loop(lambda: self._release(tps))
+            positions = self._release_on_loop(tps)
         except Exception as exc:  # nothing committed: the new owner replays from the last commit
             log.warning("revoked partitions not released: %s", exc)
             positions = {}
@@ -266,30 +265,25 @@ class Dispatcher:
             self._assigned.difference_update(tps)
         return positions
 
-    def _on_loop(self, call: Callable[[], dict[TP, int]]) -> dict[TP, int]:
-        """Run ``call`` on the dispatcher's event loop and wait for it: a rebalance callback
-        runs in `take`'s thread, while the outbox belongs to the loop. In place when the loop
-        is this thread's, or not running (nothing settles on it)."""
+    async def _released(self, tps: list[TP]) -> dict[TP, int]:
+        return self._release(tps)
+
+    def _release_on_loop(self, tps: list[TP]) -> dict[TP, int]:
+        """`_release` on the dispatcher's event loop, waited for: a rebalance callback runs on
+        the lane's read thread, while the outbox belongs to the loop. In place when the loop is
+        this thread's, or not running (nothing settles on it)."""
         loop = self._loop
         try:
             here = asyncio.get_running_loop() is loop
         except RuntimeError:
             here = False
         if loop is None or here or not loop.is_running():
-            return call()
-        answer: concurrent.futures.Future[dict[TP, int]] = concurrent.futures.Future()
-
-        def run() -> None:
-            try:
-                answer.set_result(call())
-            except BaseException as exc:
-                answer.set_exception(exc)
-
+            return self._release(tps)
         try:
-            loop.call_soon_threadsafe(run)
+            released = asyncio.run_coroutine_threadsafe(self._released(tps), loop)
         except RuntimeError:  # closed meanwhile
-            return call()
-        return answer.result(timeout=REVOKE_GRACE_S)
+            return self._release(tps)
+        return released.result(timeout=REVOKE_GRACE_S)
 
     def _cancel_timers(self, tps: list[TP]) -> None:
         self._flow.forget(set(tps))
