@@ -32,7 +32,7 @@ from bench.flow_ingest import scenario_f5
 from bench.flow_rows import row_figures, run_loads
 from bench.nginx import Nginx
 from bench.report import DOCS, RESULTS_DIR, append_row, fmt, machine, median_of, write_json
-from bench.rig import TENANT
+from bench.rig import TENANT, scrape
 from bench.silent import silent_receiver
 from bench.traffic import (
     Stream,
@@ -45,7 +45,6 @@ from bench.traffic import (
     pipeline,
     publish,
     say,
-    scrape,
     stages,
     wait_quiet,
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.request
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -260,6 +261,54 @@ def throughput_phase(rig: Rig, events: int) -> dict[str, Any]:
     return result
 
 
+def scrape(rig: Rig, prefixes: tuple[str, ...]) -> dict[str, float]:
+    """The worker's own /metrics samples whose names start with one of ``prefixes``."""
+    url = f"http://127.0.0.1:{rig.settings.web_port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(prefixes):
+            name, _, value = line.rpartition(" ")
+            found[name] = float(value)
+    return found
+
+
+def gc_pauses(rig: Rig) -> dict[str, dict[str, float]]:
+    """The worker's garbage-collector passes so far, per generation: how many, their total
+    and the largest bucket bound one fell under (``hookstream_gc_pause_seconds``), in ms."""
+    samples = scrape(rig, ("hookstream_gc_pause_seconds",))
+    found: dict[str, dict[str, float]] = {}
+    for gen in ("0", "1", "2"):
+        label = f'generation="{gen}"'
+        buckets = sorted(
+            (float(name.split('le="')[1].split('"')[0]), count)
+            for name, count in samples.items()
+            if name.startswith("hookstream_gc_pause_seconds_bucket") and label in name
+        )
+        total = samples.get(f"hookstream_gc_pause_seconds_count{{{label}}}", 0.0)
+        under = next((bound for bound, count in buckets if count >= total), float("inf"))
+        found[gen] = {
+            "count": total,
+            "total_ms": samples.get(f"hookstream_gc_pause_seconds_sum{{{label}}}", 0.0) * 1000,
+            "max_under_ms": under * 1000 if total else 0.0,
+        }
+    return found
+
+
+def _minus(after: dict[str, dict[str, float]], before: dict[str, dict[str, float]]) -> Any:
+    return {
+        gen: {
+            key: after[gen][key] - before.get(gen, {}).get(key, 0.0)
+            for key in ("count", "total_ms")
+        }
+        for gen in after
+    }
+
+
 def latency_phase(rig: Rig, rate: float, seconds: float, warmup_s: float) -> dict[str, Any]:
     """Publish at a fixed rate; publish-to-receive percentiles after the warm-up."""
     assert rig.worker is not None
@@ -268,6 +317,7 @@ def latency_phase(rig: Rig, rate: float, seconds: float, warmup_s: float) -> dic
     tick = 0.01
     sent: dict[str, float] = {}  # delivery id -> publish time (s)
     measured: set[str] = set()
+    gc_at_start = gc_pauses(rig)  # the worker's start, and its first assignment
     began = time.time()
     ticks = int((seconds + warmup_s) / tick)
     n = 0
@@ -290,6 +340,7 @@ def latency_phase(rig: Rig, rate: float, seconds: float, warmup_s: float) -> dic
     _flush(producer)
     elapsed = time.time() - began
     rig.wait_delivered(set(sent))
+    gc_at_end = gc_pauses(rig)
     received = rig.receiver.log.received
     latencies = [(received[k] - sent[k]) * 1000 for k in measured if k in received]
     window_end = max((received[k] for k in measured if k in received), default=time.time())
@@ -305,6 +356,7 @@ def latency_phase(rig: Rig, rate: float, seconds: float, warmup_s: float) -> dic
         "max_ms": max(latencies, default=float("nan")),
         "worker_cpu_percent": rig.worker.cpu_percent(began + warmup_s, window_end),
         "worker_rss_mib": rig.worker.peak_rss() / 2**20,
+        "worker_gc": {"start": gc_at_start, "run": _minus(gc_at_end, gc_at_start)},
         "began_at": began,
         "timeline": timeline(sent, received, measured, began),
     }

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -82,22 +81,6 @@ def wait_quiet(threshold: float | None, max_wait_s: float) -> None:
 
 def load_1m() -> float:
     return os.getloadavg()[0]
-
-
-def scrape(rig: Rig, prefixes: tuple[str, ...]) -> dict[str, float]:
-    """The worker's own /metrics samples whose names start with one of ``prefixes``."""
-    url = f"http://127.0.0.1:{rig.settings.web_port}/metrics"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            text = response.read().decode()
-    except OSError:
-        return {}
-    found: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith(prefixes):
-            name, _, value = line.rpartition(" ")
-            found[name] = float(value)
-    return found
 
 
 @dataclass(frozen=True)

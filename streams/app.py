@@ -41,7 +41,7 @@ from streams.agents.pipeline import pipeline_component
 from streams.api import api_component
 from streams.domain.topology import TopicSpec
 from streams.logging import configure_logging
-from streams.metrics import metrics_component
+from streams.metrics import metrics_component, watch_gc_pauses
 from streams.settings import Settings
 
 #: Registers a part of the product on the app: agents, tables, tasks, services or web views.
@@ -267,6 +267,7 @@ def run_worker(app: faust.App, settings: Settings) -> None:
         override_logging=False,  # keep the JSON handler configured above
     )
     worker.spinner = None
+    watch_gc_pauses()
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:  # mode always exits; a clean stop is a normal return for callers

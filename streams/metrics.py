@@ -19,8 +19,10 @@ pre-bound label children in a dict: one dict lookup and one lock-protected add p
 
 from __future__ import annotations
 
+import gc
 import platform
 import re
+import time
 from collections.abc import Iterable, Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Final
@@ -74,6 +76,10 @@ _TIER = re.compile(r"^\d+(ms|s|m|h|d)$")
 #: Attempt-duration buckets, in seconds: 5 ms (a local receiver) to 30 s (the largest timeout).
 ATTEMPT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0)
 
+#: Garbage-collector pause buckets, in seconds: a generation-0 pass (well under a millisecond)
+#: to a full pass over a large heap, which stops every delivery of the worker while it lasts.
+GC_PAUSE_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+
 # --- the metrics ------------------------------------------------------------------------------
 
 DELIVERIES = Counter(
@@ -87,6 +93,14 @@ ATTEMPT_DURATION = Histogram(
     "Duration of one HTTP attempt, from sending the request to the classified answer.",
     ["lane"],
     buckets=ATTEMPT_BUCKETS,
+    registry=REGISTRY,
+)
+GC_PAUSES = Histogram(
+    "hookstream_gc_pause_seconds",
+    "Duration of one pass of Python's cycle collector, by generation; the event loop, and with "
+    "it every delivery of the worker, waits while it runs.",
+    ["generation"],
+    buckets=GC_PAUSE_BUCKETS,
     registry=REGISTRY,
 )
 RETRIES = Counter(
@@ -510,6 +524,29 @@ def _initialise() -> None:
 
 
 _initialise()
+
+
+class _GCPauseTimer:
+    """A `gc.callbacks` entry that times each collection into `GC_PAUSES`."""
+
+    def __init__(self) -> None:
+        self._began = 0.0
+        self._children = {gen: GC_PAUSES.labels(str(gen)) for gen in range(3)}
+
+    def __call__(self, phase: str, info: Mapping[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        child = self._children.get(info.get("generation", -1))
+        if child is not None:
+            child.observe(time.perf_counter() - self._began)
+
+
+def watch_gc_pauses() -> None:
+    """Time every collection of this process into ``hookstream_gc_pause_seconds``. Idempotent."""
+    if not any(isinstance(callback, _GCPauseTimer) for callback in gc.callbacks):
+        gc.callbacks.append(_GCPauseTimer())
+
 
 # --- exposition -------------------------------------------------------------------------------
 

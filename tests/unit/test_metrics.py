@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 
 import pytest
@@ -152,3 +153,24 @@ def test_o1_time_lag_is_the_oldest_uncommitted_record_age_per_topic() -> None:
 def test_o1_only_this_pipelines_groups_are_measured() -> None:
     names = ["hs", "hs-router", "hs-dispatch", "hs-replay", "hsx-router", "other", "hs.lag-probe"]
     assert hookstream_groups("hs", names) == ["hs", "hs-dispatch", "hs-replay", "hs-router"]
+
+
+def test_o1_every_collector_pass_is_timed_by_generation_once() -> None:
+    """A worker's cycle-collector passes stop its event loop: each one is counted and timed in
+    ``hookstream_gc_pause_seconds`` under its generation, by one callback however often the
+    watch is installed."""
+    before = list(gc.callbacks)
+    try:
+        metrics.watch_gc_pauses()
+        metrics.watch_gc_pauses()
+        assert len(gc.callbacks) - len(before) <= 1  # none if an earlier test installed it
+        full = value("hookstream_gc_pause_seconds_count", generation="2")
+        full_time = value("hookstream_gc_pause_seconds_sum", generation="2")
+        young = value("hookstream_gc_pause_seconds_count", generation="0")
+        gc.collect()
+        gc.collect(0)
+        assert value("hookstream_gc_pause_seconds_count", generation="2") == full + 1
+        assert value("hookstream_gc_pause_seconds_sum", generation="2") > full_time
+        assert value("hookstream_gc_pause_seconds_count", generation="0") == young + 1
+    finally:
+        gc.callbacks[:] = before
