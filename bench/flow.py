@@ -32,7 +32,7 @@ from bench.flow_ingest import scenario_f5
 from bench.flow_rows import row_figures, run_loads
 from bench.nginx import Nginx
 from bench.report import DOCS, RESULTS_DIR, append_row, fmt, machine, median_of, write_json
-from bench.rig import TENANT, scrape
+from bench.rig import TENANT, gc_pauses, scrape
 from bench.silent import silent_receiver
 from bench.traffic import (
     Stream,
@@ -220,6 +220,7 @@ def scenario_f7(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 "delivered": len(latencies_ms(measured, received)),
                 **latency_figures(latencies_ms(measured, received)),
                 "worker_cpu_percent": rig.worker.cpu_percent(start, end),
+                "worker_gc": gc_pauses(rig),
                 "stages": stages(rig, measured),
             }
             if with_big and big_url is not None:  # arrivals are counted by the slow endpoint

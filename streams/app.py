@@ -268,6 +268,11 @@ def run_worker(app: faust.App, settings: Settings) -> None:
     )
     worker.spinner = None
     watch_gc_pauses()
+    # Everything built so far (modules, classes, the app, its agents and tables) lives as long as
+    # the process. Frozen, it is left out of every later collection; faust's table stores force
+    # a full collection per table on each rebalance, and over it each one took about 80 ms of
+    # the event loop (docs/benchmarks.md, section 24).
+    gc.freeze()
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:  # mode always exits; a clean stop is a normal return for callers
