@@ -299,7 +299,9 @@ def gc_pauses(rig: Rig) -> dict[str, dict[str, float]]:
     return found
 
 
-def _minus(after: dict[str, dict[str, float]], before: dict[str, dict[str, float]]) -> Any:
+def _minus(
+    after: dict[str, dict[str, float]], before: dict[str, dict[str, float]]
+) -> dict[str, dict[str, float]]:
     return {
         gen: {
             key: after[gen][key] - before.get(gen, {}).get(key, 0.0)
