@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import settings as hypothesis_settings
 
+from streams.adapters.kafka_admin import TopicAdmin, delete_topics
 from streams.settings import Settings, load_settings
 
 # Property tests judge correctness, not speed: on a loaded 2-core machine a single example can
@@ -68,25 +69,11 @@ def make_settings(
         return load_settings(**values)
 
     yield factory
-    _delete_topics_of(kafka_bootstrap, unique_prefix.rstrip("."))
-
-
-def _delete_topics_of(bootstrap: str, group_id: str) -> None:
-    """Delete a test's topics: topics.yaml's under its prefix (the group id and a dot) and
-    Faust's changelogs and repartition topics (the group id and a dash). Left behind, every
-    integration test would add a dozen topics to the shared broker for the rest of the run."""
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    names = [name for name in admin.list_topics(timeout=30).topics if name.startswith(group_id)]
-    if names:
-        for future in admin.delete_topics(names, request_timeout=30).values():
-            try:
-                future.result(30)
-            except KafkaException as exc:  # the test deleted it itself, or it is on its way
-                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    raise
+    # A test's topics: topics.yaml's under its prefix (the group id and a dot) and Faust's
+    # changelogs (the group id and a dash). Left behind, every integration test would add a
+    # dozen topics to the shared broker for the rest of the run.
+    settings = factory()
+    delete_topics(settings, TopicAdmin(settings).names_with_prefix(settings.group_id))
 
 
 @pytest.fixture
