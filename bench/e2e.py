@@ -93,7 +93,7 @@ def scenario_throughput(args: argparse.Namespace, receiver: Nginx, work: Path) -
             f"run {i + 1}: {fmt(run.get('deliveries_per_s'))} deliveries/s "
             f"({run['delivered']}/{run['expected_deliveries']}), ceiling {fmt(raw)} req/s, "
             f"worker CPU {fmt(run.get('worker_cpu_percent'), '%')}, "
-            f"RSS {fmt(run.get('worker_rss_mib'), ' MiB')}"
+            f"RSS {fmt(run.get('worker_rss_mib'), ' MiB')}; {_others(run)}"
         )
     result: dict[str, Any] = {"runs": runs, "medians": _medians(runs, _THROUGHPUT_KEYS)}
     if args.profile:
@@ -108,8 +108,31 @@ _THROUGHPUT_KEYS = (
     "ratio_to_ceiling",
     "worker_cpu_percent",
     "worker_rss_mib",
+    "broker_cpu_percent",
+    "nginx_cpu_percent",
+    "box_cpu_percent",
 )
-_LATENCY_KEYS = ("p50_ms", "p95_ms", "p99_ms", "max_ms", "worker_cpu_percent", "worker_rss_mib")
+_LATENCY_KEYS = (
+    "p50_ms",
+    "p95_ms",
+    "p99_ms",
+    "max_ms",
+    "worker_cpu_percent",
+    "worker_rss_mib",
+    "broker_cpu_percent",
+    "nginx_cpu_percent",
+    "box_cpu_percent",
+)
+
+
+def _others(figures: dict[str, Any]) -> str:
+    """The broker's and nginx's CPU (% of one core) and the whole box's (of 100 per core)."""
+    cores = os.cpu_count() or 1
+    return (
+        f"broker CPU {fmt(figures.get('broker_cpu_percent'), '%')}, "
+        f"nginx {fmt(figures.get('nginx_cpu_percent'), '%')}, "
+        f"box {fmt(figures.get('box_cpu_percent'), '%')} of {cores * 100}%"
+    )
 
 
 def _medians(runs: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, float | None]:
@@ -149,6 +172,7 @@ def scenario_latency(args: argparse.Namespace, receiver: Nginx, work: Path) -> d
             f"run {i + 1}: p50 {fmt(run['p50_ms'], ' ms', 1)}, p95 {fmt(run['p95_ms'], ' ms', 1)}"
             f", p99 {fmt(run['p99_ms'], ' ms', 1)} ({run['delivered']}/{run['measured']}"
             f" at {run['rate_published']:.0f}/s), worker CPU {fmt(run['worker_cpu_percent'], '%')}"
+            f"; {_others(run)}"
         )
     return {"runs": runs, "medians": _medians(runs, _LATENCY_KEYS)}
 
@@ -236,14 +260,15 @@ def _row_figures(scenario: str, result: dict[str, Any]) -> tuple[str, str]:
         return (
             f"**{fmt(med['deliveries_per_s'])} deliveries/s** (runs {values}); "
             f"{fmt(med['ratio_to_ceiling'], '', 2)}x ceiling; worker CPU "
-            f"{fmt(med['worker_cpu_percent'], '%')}, RSS {fmt(med['worker_rss_mib'], ' MiB')}",
+            f"{fmt(med['worker_cpu_percent'], '%')}, RSS {fmt(med['worker_rss_mib'], ' MiB')}; "
+            f"{_others(med)}",
             f"{fmt(med['ceiling_rps'])} req/s",
         )
     if scenario == "latency":
         return (
             f"**p50 {fmt(med['p50_ms'], ' ms', 1)}, p95 {fmt(med['p95_ms'], ' ms', 1)}, "
             f"p99 {fmt(med['p99_ms'], ' ms', 1)}** at {result['config']['rate']:.0f} events/s; "
-            f"worker CPU {fmt(med['worker_cpu_percent'], '%')}",
+            f"worker CPU {fmt(med['worker_cpu_percent'], '%')}; {_others(med)}",
             "n/a",
         )
     if scenario == "memory":

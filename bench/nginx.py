@@ -121,6 +121,7 @@ class Nginx:
     url: str
     log: AccessLog
     port: int
+    pid: int  # the master process; its worker is a child
 
     def url_for(self, path: str) -> str:
         """The URL of another path on the same nginx (every path answers 200)."""
@@ -148,7 +149,8 @@ def nginx_receiver(log_path: bool = False) -> Iterator[Nginx]:
         )
         try:
             wait_listening(port, process)
-            yield Nginx(f"http://127.0.0.1:{port}/hook", AccessLog(Path(tmp) / "access.log"), port)
+            log = AccessLog(Path(tmp) / "access.log")
+            yield Nginx(f"http://127.0.0.1:{port}/hook", log, port, process.pid)
         finally:
             process.terminate()
             process.wait(10)

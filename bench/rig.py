@@ -20,6 +20,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from bench.cpu import BoxSampler
 from bench.nginx import Nginx, free_port
 from bench.report import percentile
 from bench.worker import Worker
@@ -87,6 +88,7 @@ class Rig:
         self.sub_ids: list[str] = []
         self.extra_sub_ids: list[str] = []
         self.worker: Worker | None = None
+        self.box: BoxSampler | None = None
         self.ready_s = 0.0
         self._probes = 0
 
@@ -106,6 +108,7 @@ class Rig:
             began = time.monotonic()
             log = self.workdir / f"worker-{self.run_id}.log"
             self.worker = Worker(self.settings, log, dict(self.config.worker_env))
+            self.box = BoxSampler(self.receiver.pid)
             self._wait_ready()
             self.ready_s = time.monotonic() - began
         except BaseException:
@@ -114,6 +117,8 @@ class Rig:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.box is not None:
+            self.box.stop()
         if self.worker is not None:
             self.worker.stop()
         # topics.yaml's topics start with the prefix, faust's changelogs with the group id;
@@ -171,6 +176,18 @@ class Rig:
     # --- helpers for phases ---------------------------------------------------------------
     def producer(self, **overrides: Any) -> Producer:
         return make_producer(self.settings, **{"linger.ms": 0, **overrides})
+
+    def others_cpu(self, start: float, end: float) -> dict[str, float | None]:
+        """The broker's and nginx's CPU (% of one core) and the whole box's (% of one core,
+        summed over all cores) between two wall-clock times."""
+        box = self.box
+        if box is None:
+            return {"broker_cpu_percent": None, "nginx_cpu_percent": None, "box_cpu_percent": None}
+        return {
+            "broker_cpu_percent": box.percent("broker", start, end),
+            "nginx_cpu_percent": box.percent("nginx", start, end),
+            "box_cpu_percent": box.percent("box", start, end),
+        }
 
     def delivery_ids(self, event: Event) -> list[str]:
         return [delivery_id(event.id, sub_id) for sub_id in self.sub_ids]
@@ -256,6 +273,7 @@ def throughput_phase(rig: Rig, events: int) -> dict[str, Any]:
             "steady_window_s": end - start,
             "worker_cpu_percent": rig.worker.cpu_percent(start, end),
             "worker_rss_mib": (rig.worker.peak_rss(start, end) or rig.worker.peak_rss()) / 2**20,
+            **rig.others_cpu(start, end),
         }
     )
     return result
@@ -358,6 +376,7 @@ def latency_phase(rig: Rig, rate: float, seconds: float, warmup_s: float) -> dic
         "max_ms": max(latencies, default=float("nan")),
         "worker_cpu_percent": rig.worker.cpu_percent(began + warmup_s, window_end),
         "worker_rss_mib": rig.worker.peak_rss() / 2**20,
+        **rig.others_cpu(began + warmup_s, window_end),
         "worker_gc": {"start": gc_at_start, "run": _minus(gc_at_end, gc_at_start)},
         "began_at": began,
         "timeline": timeline(sent, received, measured, began),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.cpu import local_broker_running
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
@@ -49,6 +50,12 @@ def test_bench_smoke_produces_results(kafka_bootstrap: str, tmp_path: Path) -> N
     assert _positive(through["worker_rss_mib"])
     assert latency["delivered"] == latency["measured"] > 0
     assert 0 < latency["p50_ms"] <= latency["p95_ms"] <= latency["p99_ms"] <= latency["max_ms"]
+    # the rest of the box is sampled beside the worker (the smoke's throughput window is too
+    # short for two samples): the whole machine always, the broker when it runs here (CI's does)
+    assert _positive(latency["worker_cpu_percent"]) and _positive(latency["box_cpu_percent"])
+    assert latency["box_cpu_percent"] > latency["worker_cpu_percent"]
+    if local_broker_running():
+        assert _positive(latency["broker_cpu_percent"])
     assert all(_positive(v) for v in result["medians"].values())
     # --no-docs leaves the docs alone
     assert (docs.read_text() if docs.exists() else None) == docs_before

@@ -1,0 +1,130 @@
+"""Where the box's CPU goes during a run: the broker, nginx and the whole machine.
+
+The worker samples its own CPU (`bench.worker`). P1 is measured with the broker, nginx and the
+bench on the same two cores, so a throughput figure means little without the share each of
+them took. `BoxSampler` reads, every `SAMPLE_S` seconds, the CPU time of:
+
+- ``broker``: every process whose command line runs ``kafka.Kafka`` (the local broker; none
+  when the bench runs against a remote one, and its figure is then ``None``);
+- ``nginx``: the receiver's master process and its workers;
+- ``box``: all cores together, from ``/proc/stat``, so 200 means two cores fully busy.
+
+Linux only (``/proc``), like the rest of the bench.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SAMPLE_S = 0.25
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class _Sample:
+    at: float
+    cpu_s: dict[str, float]  # group -> user + system CPU seconds so far (box: busy seconds)
+    found: frozenset[str]  # groups with at least one live process
+
+
+def _stat_fields(pid: str) -> list[str]:
+    # the command name is in parentheses and may hold spaces; the fields after it are fixed
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _box_busy_s() -> float:
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / _TICKS  # user .. steal; guest time is inside user
+
+
+def _broker_pids() -> list[str]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"\0kafka.Kafka\0" in cmdline:
+            pids.append(entry)
+    return pids
+
+
+def local_broker_running() -> bool:
+    """Whether a Kafka broker (``kafka.Kafka``) runs on this machine."""
+    return bool(_broker_pids())
+
+
+def _children(parent: int) -> list[str]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if int(_stat_fields(entry)[1]) == parent:  # field 4 of stat: the parent pid
+                kids.append(entry)
+        except (OSError, IndexError, ValueError):
+            continue
+    return kids
+
+
+def _cpu_s(pids: list[str]) -> float | None:
+    total, seen = 0.0, False
+    for pid in pids:
+        try:
+            fields = _stat_fields(pid)
+        except OSError:
+            continue  # exited between the listing and the read
+        total += (int(fields[11]) + int(fields[12])) / _TICKS
+        seen = True
+    return total if seen else None
+
+
+class BoxSampler:
+    """Samples the broker's, nginx's and the whole box's CPU time on a thread of its own."""
+
+    def __init__(self, nginx_pid: int | None) -> None:
+        self._nginx_pid = nginx_pid
+        self._nginx_pids: list[str] = []
+        self._broker_pids = _broker_pids()
+        self.samples: list[_Sample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="box-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append(self._sample())
+            if self._stop.wait(SAMPLE_S):
+                return
+
+    def _sample(self) -> _Sample:
+        if self._nginx_pid is not None and not self._nginx_pids:
+            kids = _children(self._nginx_pid)  # nginx forks its worker once it has started
+            if kids:
+                self._nginx_pids = [str(self._nginx_pid), *kids]
+        cpu = {"box": _box_busy_s()}
+        for name, pids in (("broker", self._broker_pids), ("nginx", self._nginx_pids)):
+            value = _cpu_s(pids)
+            if value is not None:
+                cpu[name] = value
+        return _Sample(time.time(), cpu, frozenset(cpu))
+
+    def percent(self, group: str, start: float, end: float) -> float | None:
+        """``group``'s CPU between two wall-clock times, in % of one core (None: not seen)."""
+        inside = [s for s in self.samples if start <= s.at <= end and group in s.found]
+        if len(inside) < 2:
+            return None
+        first, last = inside[0], inside[-1]
+        used = last.cpu_s[group] - first.cpu_s[group]
+        return 100.0 * used / max(last.at - first.at, 1e-9)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
