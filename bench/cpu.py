@@ -17,29 +17,49 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 SAMPLE_S = 0.25
-_TICKS = os.sysconf("SC_CLK_TCK")
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
 class _Sample:
     at: float
-    cpu_s: dict[str, float]  # group -> user + system CPU seconds so far (box: busy seconds)
-    found: frozenset[str]  # groups with at least one live process
+    # group -> user + system CPU seconds so far (box: busy seconds); a group is missing from a
+    # sample while none of its processes runs
+    cpu_s: dict[str, float]
 
 
-def _stat_fields(pid: str) -> list[str]:
+def stat_fields(pid: int | str) -> list[str]:
+    """``/proc/<pid>/stat`` after the command name (field 3 of the file is item 0 here)."""
     # the command name is in parentheses and may hold spaces; the fields after it are fixed
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def process_cpu_s(fields: list[str]) -> float:
+    """User + system CPU seconds of a process, from its `stat_fields`."""
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def percent_between(
+    points: Sequence[tuple[float, float]], start: float, end: float
+) -> float | None:
+    """CPU use in % of one core between two wall-clock times, from (time, CPU seconds so far)
+    samples: the first and last sample inside the window; None with fewer than two."""
+    inside = [(at, cpu_s) for at, cpu_s in points if start <= at <= end]
+    if len(inside) < 2:
+        return None
+    (first_at, first_cpu), (last_at, last_cpu) = inside[0], inside[-1]
+    return 100.0 * (last_cpu - first_cpu) / max(last_at - first_at, 1e-9)
 
 
 def _box_busy_s() -> float:
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields[:8]) - idle) / _TICKS  # user .. steal; guest time is inside user
+    return (sum(fields[:8]) - idle) / TICKS  # user .. steal; guest time is inside user
 
 
 def _broker_pids() -> list[str]:
@@ -67,7 +87,7 @@ def _children(parent: int) -> list[str]:
         if not entry.isdigit():
             continue
         try:
-            if int(_stat_fields(entry)[1]) == parent:  # field 4 of stat: the parent pid
+            if int(stat_fields(entry)[1]) == parent:  # field 4 of stat: the parent pid
                 kids.append(entry)
         except (OSError, IndexError, ValueError):
             continue
@@ -78,10 +98,9 @@ def _cpu_s(pids: list[str]) -> float | None:
     total, seen = 0.0, False
     for pid in pids:
         try:
-            fields = _stat_fields(pid)
+            total += process_cpu_s(stat_fields(pid))
         except OSError:
             continue  # exited between the listing and the read
-        total += (int(fields[11]) + int(fields[12])) / _TICKS
         seen = True
     return total if seen else None
 
@@ -114,16 +133,12 @@ class BoxSampler:
             value = _cpu_s(pids)
             if value is not None:
                 cpu[name] = value
-        return _Sample(time.time(), cpu, frozenset(cpu))
+        return _Sample(time.time(), cpu)
 
     def percent(self, group: str, start: float, end: float) -> float | None:
         """``group``'s CPU between two wall-clock times, in % of one core (None: not seen)."""
-        inside = [s for s in self.samples if start <= s.at <= end and group in s.found]
-        if len(inside) < 2:
-            return None
-        first, last = inside[0], inside[-1]
-        used = last.cpu_s[group] - first.cpu_s[group]
-        return 100.0 * used / max(last.at - first.at, 1e-9)
+        points = [(s.at, s.cpu_s[group]) for s in self.samples if group in s.cpu_s]
+        return percent_between(points, start, end)
 
     def stop(self) -> None:
         self._stop.set()

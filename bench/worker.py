@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.cpu import percent_between, process_cpu_s, stat_fields
 from streams.settings import Settings
 
 SAMPLE_S = 0.25
-_TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -35,9 +35,8 @@ def _read_proc(pid: int) -> tuple[float, int]:
     try:
         import psutil
     except ImportError:
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         rss_pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
-        return (int(stat[11]) + int(stat[12])) / _TICKS, rss_pages * _PAGE
+        return process_cpu_s(stat_fields(pid)), rss_pages * _PAGE
     proc = psutil.Process(pid)
     times = proc.cpu_times()
     return times.user + times.system, proc.memory_info().rss
@@ -97,11 +96,7 @@ class Worker:
 
     def cpu_percent(self, start: float, end: float) -> float | None:
         """The worker's CPU use between two wall-clock times, in % of one core."""
-        inside = [s for s in self.samples if start <= s.at <= end]
-        if len(inside) < 2:
-            return None
-        first, last = inside[0], inside[-1]
-        return 100.0 * (last.cpu_s - first.cpu_s) / max(last.at - first.at, 1e-9)
+        return percent_between([(s.at, s.cpu_s) for s in self.samples], start, end)
 
     def peak_rss(self, start: float = 0.0, end: float = float("inf")) -> int:
         return max((s.rss for s in self.samples if start <= s.at <= end), default=0)
