@@ -7,7 +7,7 @@ import asyncio
 import click
 
 from streams.cli.common import echo_json
-from streams.demo.run import run_demo, run_recovery
+from streams.demo.run import Summary, run_demo, run_recovery
 
 
 @click.command()
@@ -36,7 +36,17 @@ def demo(per_type: int, keep_kafka: bool, as_json: bool, scenario: str) -> None:
     summary = asyncio.run(run_demo(per_type, click.echo, keep_kafka))
     if as_json:
         echo_json(summary)
-        return
+    else:
+        _print_summary(summary)
+    shortfalls = summary.shortfalls()
+    if shortfalls:
+        # a demo that did not do what it shows must not look like one that did
+        for line in shortfalls:
+            click.echo(f"demo incomplete: {line}", err=True)
+        raise SystemExit(1)
+
+
+def _print_summary(summary: Summary) -> None:
     click.echo("")
     click.echo("summary")
     click.echo(f"  events published            {summary.published}")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from streams.adapters.kafka_admin import TopicAdmin, apply_topics
@@ -75,6 +75,23 @@ class Summary:
     suspended: dict[str, str]
     notices: list[str]
     seconds: float
+    settled: bool
+
+    def shortfalls(self) -> list[str]:
+        """What the scenario promised and did not happen; empty when the demo worked."""
+        missing = []
+        if not self.settled:
+            missing.append(
+                f"deliveries did not settle: {self.delivered} delivered, "
+                f"{sum(self.dead_lettered.values())} dead-lettered"
+            )
+        if self.bad_signatures:
+            missing.append(f"{self.bad_signatures} bad signatures")
+        if "sub_demo_gone" not in self.suspended:
+            missing.append("sub_demo_gone was not suspended")
+        if not any(line.startswith("endpoint.suspended") for line in self.notices):
+            missing.append("no endpoint.suspended notice arrived")
+        return missing
 
 
 def demo_settings() -> Settings:
@@ -97,18 +114,46 @@ def reset_demo_state(settings: Settings, state_dir: Path) -> None:
         or admin.names_with_prefix(f"{settings.group_id}-")
     ):
         time.sleep(0.5)
-    client = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
-    groups = [
-        g.group_id
-        for g in client.list_consumer_groups(request_timeout=15).result().valid
-        if g.group_id == settings.group_id or g.group_id.startswith(f"{settings.group_id}-")
-    ]
-    for future in (
-        client.delete_consumer_groups(groups, request_timeout=15).values() if groups else ()
-    ):
-        with contextlib.suppress(KafkaException):
-            future.result()
+    delete_demo_groups(settings, timeout_s=60)
     shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def delete_demo_groups(settings: Settings, timeout_s: float) -> None:
+    """Delete the demo's consumer groups, and return only once the broker lists none of them.
+
+    Kafka drops a deleted topic's committed offsets, but a broker still loading its group
+    coordinator can miss that and keep them. Offsets left behind would be applied to the
+    recreated topics: up to that offset the new run's records would be skipped, and the demo
+    would wait for deliveries that never come. So the groups go too, retried until they are
+    gone. ``GROUP_ID_NOT_FOUND`` counts as gone; anything else still failing at the deadline
+    stops the demo with the error.
+    """
+    client = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    deadline = time.monotonic() + timeout_s
+    while True:
+        listing = client.list_consumer_groups(request_timeout=15).result()
+        ours = [
+            g.group_id
+            for g in listing.valid
+            if g.group_id == settings.group_id or g.group_id.startswith(f"{settings.group_id}-")
+        ]
+        problems = [str(error) for error in listing.errors]
+        if not ours and not problems:
+            return
+        if ours:
+            for group, future in client.delete_consumer_groups(ours, request_timeout=15).items():
+                try:
+                    future.result()
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.GROUP_ID_NOT_FOUND:
+                        problems.append(f"{group}: {exc.args[0].str()}")
+        if time.monotonic() >= deadline:
+            left = ", ".join(ours) or "none listed"
+            raise HookstreamError(
+                f"could not delete the demo's consumer groups within {timeout_s:g}s "
+                f"(left: {left}; errors: {'; '.join(problems) or 'none'})"
+            )
+        time.sleep(0.5)
 
 
 def worker_dir(settings: Settings) -> Path:
@@ -177,7 +222,9 @@ async def _wait_settled(
     since_ms: int,
     timeout_s: float,
     say: Callable[[str], None],
-) -> dict[str, int]:
+) -> tuple[dict[str, int], bool]:
+    """Poll until every delivery is delivered or dead-lettered; the dead letters by reason, and
+    whether everything settled before the timeout."""
     total_types = sum(1 for _, _, t in ENDPOINTS.values() if t)
     want_delivered = {"healthy": per_type * total_types, "flaky": per_type}
     want_dead = per_type * 2  # broken (exhausted) and gone (404)
@@ -193,8 +240,8 @@ async def _wait_settled(
             dead[key] = dead.get(key, 0) + 1
         say(f"  delivered {done}  dead-lettered {sum(dead.values())}/{want_dead}")
         if done == want_delivered and sum(dead.values()) >= want_dead:
-            break
-    return dead
+            return dead, True
+    return dead, False
 
 
 async def _wait_suspension(
@@ -268,7 +315,7 @@ async def run_demo(per_type: int, say: Callable[[str], None], keep_running: bool
         events = _events(per_type, run_id)
         await asyncio.to_thread(publish_events, settings, events)
         say(f"published {len(events)} events; waiting for every delivery to settle")
-        dead = await _wait_settled(settings, receivers, per_type, since_ms, 180, say)
+        dead, settled = await _wait_settled(settings, receivers, per_type, since_ms, 180, say)
         suspended = await _wait_suspension(settings, notices, say)
         eps = receivers.endpoints
         return Summary(
@@ -283,6 +330,7 @@ async def run_demo(per_type: int, say: Callable[[str], None], keep_running: bool
             suspended=suspended,
             notices=[_notice_line(body) for body in notices.bodies],
             seconds=time.monotonic() - began,
+            settled=settled,
         )
     finally:
         worker.terminate()

@@ -13,9 +13,14 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
+from streams.demo.run import delete_demo_groups
+from streams.settings import Settings
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
@@ -49,3 +54,35 @@ def test_demo_settles_every_delivery_and_suspends_the_gone_endpoint(kafka_bootst
     assert summary["verified"] >= summary["delivered"]
     assert "sub_demo_gone" in summary["suspended"], summary["suspended"]
     assert any(line.startswith("endpoint.suspended") for line in summary["notices"]), summary
+
+
+def test_demo_reset_deletes_groups_that_hold_offsets(
+    make_settings: Callable[..., Settings], make_topic: Callable[[str, int], str]
+) -> None:
+    """The demo starts from nothing: its consumer groups go with its topics (SPEC §1).
+
+    A group left behind with committed offsets would have them applied to the recreated
+    topics, and the new run's first records on each partition would be skipped.
+    """
+    settings = make_settings()
+    topic = make_topic(f"{settings.topic_prefix}stale", 2)
+    groups = [settings.group_id, f"{settings.group_id}-router", f"{settings.group_id}-dispatch"]
+    for group in groups:
+        consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": group})
+        try:
+            consumer.commit(
+                offsets=[TopicPartition(topic, 0, 10), TopicPartition(topic, 1, 3)],
+                asynchronous=False,
+            )
+        finally:
+            consumer.close()
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+
+    def ours() -> set[str]:
+        listed = admin.list_consumer_groups(request_timeout=15).result().valid
+        return {g.group_id for g in listed} & set(groups)
+
+    assert ours() == set(groups)
+    delete_demo_groups(settings, timeout_s=60)
+    assert ours() == set()
+    delete_demo_groups(settings, timeout_s=5)  # nothing left to delete is not an error
