@@ -8,9 +8,11 @@
 
 Each run uses the real broker, topics and a group id of its own, ONE worker process, and nginx
 as the receiver of the healthy endpoints (every subscription has a URL path of its own, and
-nginx logs each request's path). F3 and F7 compare each run with a baseline run measured right
-before it in the same invocation (without the dead endpoint; without the big tenant) and report
-the median of the ratios. Each scenario writes ``bench/results/flow-<scenario>-<time>.json`` and,
+nginx logs each request's path). F3 compares each run with a baseline run measured right
+before it in the same invocation (without the dead endpoint). F7 alternates phases with and
+without the big tenant inside each run, so both sides come from one worker within the same
+minutes (``--design pairs``: a baseline run, then a run with the big tenant). Both report the
+median of the ratios. Each scenario writes ``bench/results/flow-<scenario>-<time>.json`` and,
 unless ``--no-docs``, adds a row to the flow-control table of docs/benchmarks.md. Nothing here
 asserts on a number: these are benchmarks.
 """
@@ -25,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -35,6 +38,7 @@ from bench.report import DOCS, RESULTS_DIR, append_row, fmt, machine, median_of,
 from bench.rig import TENANT, gc_pauses, scrape
 from bench.silent import silent_receiver
 from bench.traffic import (
+    Published,
     Stream,
     Subs,
     latencies_ms,
@@ -179,12 +183,158 @@ def _f3_run(args: argparse.Namespace, work: Path, bad_url: str | None) -> dict[s
 
 # --- F7: a tenant publishing 100x another's volume -------------------------------------------
 def scenario_f7(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """The small tenant's latency with the big tenant against without it.
+
+    ``--design alternating`` (the default): one worker per run; the small tenant publishes all
+    along, and the big one in every other phase of ``--phase-seconds``. The baseline and the
+    measured samples interleave within minutes, on the same worker, so the box's drift between
+    two separate runs (it changes speed by 2x within an hour) does not land on one side.
+    ``--design pairs``: a run without the big tenant, then one with it, each its own worker.
+    """
+    if args.design == "alternating":
+        runs = []
+        for i in range(args.runs):
+            wait_quiet(args.quiet_load, args.quiet_wait)
+            run = _f7_alternating(args, work, big_first=i % 2 == 1)
+            runs.append(run)
+            say(f"run {i + 1}: p99_ratio {fmt(run['p99_ratio'], '', 3)}")
+        return {"runs": runs, "medians": _pair_medians(runs, ("p50_ms", "p99_ms"))}
+    return _f7_pairs(args, work)
+
+
+def _f7_streams(args: argparse.Namespace) -> tuple[Stream, Stream]:
+    small = Stream("small", "small", args.small_rate, (("f7.small", "sub_f7_small"),))
+    big_rate = args.small_rate * args.volume_ratio
+    return small, Stream("big", "big", big_rate, (("f7.big", "sub_f7_big"),))
+
+
+def _f7_subs(big_url: str | None) -> Callable[[Nginx], Subs]:
+    def subs(receiver: Nginx) -> Subs:
+        urls = {
+            "small": receiver.url_for("/f7/small"),
+            "big": big_url or receiver.url_for("/f7/big"),
+        }
+        return tuple(
+            (f"sub_f7_{name}", {"tenant_id": name, "url": url, "filters": [f"f7.{name}"]})
+            for name, url in urls.items()
+        )  # fmt: skip
+
+    return subs
+
+
+@dataclass(frozen=True)
+class _Phases:
+    """F7's alternating schedule: ``count`` phases of ``seconds`` after a warm-up, the big
+    tenant publishing in every other one; the warm-up runs like the phase before the first."""
+
+    seconds: float
+    warmup: float
+    count: int
+    big_first: bool
+    settle: float
+
+    def of(self, elapsed: float) -> int:
+        return int((elapsed - self.warmup) // self.seconds)  # -1 while warming up
+
+    def big_on(self, phase: int) -> bool:
+        return (phase % 2 == 0) == self.big_first
+
+    def active(self, label: str, elapsed: float) -> bool:
+        return label != "big" or self.big_on(self.of(elapsed))
+
+    def window(self, began: float, phase: int) -> tuple[float, float]:
+        start = began + self.warmup + phase * self.seconds
+        return start, start + self.seconds
+
+    def split(self, sent: Published) -> tuple[dict[str, dict[str, float]], list[dict[str, float]]]:
+        """The small tenant's deliveries: the measured side (every one published in a phase of
+        the big tenant), the baseline (the other phases' after their first ``settle`` seconds,
+        so what the big tenant left queued counts against hookstream), and each phase's."""
+        sides: dict[str, dict[str, float]] = {"baseline": {}, "measured": {}}
+        per_phase: list[dict[str, float]] = [{} for _ in range(self.count)]
+        for key, at in sent.measured("small").items():
+            elapsed = at - sent.began
+            phase = self.of(elapsed)
+            if not 0 <= phase < self.count:
+                continue
+            per_phase[phase][key] = at
+            if self.big_on(phase):
+                sides["measured"][key] = at
+            elif elapsed - self.warmup - phase * self.seconds >= self.settle:
+                sides["baseline"][key] = at
+        return sides, per_phase
+
+
+def _f7_alternating(args: argparse.Namespace, work: Path, big_first: bool) -> dict[str, Any]:
+    """One worker, phases of ``args.phase_seconds`` with and without the big tenant in turn."""
+    small, big = _f7_streams(args)
+    count = 2 * max(1, round(args.seconds / args.phase_seconds))
+    phases = _Phases(args.phase_seconds, args.warmup, count, big_first, args.settle)
+    with pipeline(args, work, _f7_subs(None)) as rig:
+        worker = rig.worker
+        assert worker is not None
+        load = load_1m()
+        sent = publish(rig, [small, big], count * phases.seconds, phases.warmup, phases.active)
+        rig.wait_delivered(set(sent.measured("small")), stall_s=args.stall)
+        big_sent = sent.measured("big")
+        rig.wait_delivered(set(big_sent), stall_s=5.0)
+        received = rig.receiver.log.received
+        sides, per_phase = phases.split(sent)
+        windows = [phases.window(sent.began, k) for k in range(count)]
+        cpu = [worker.cpu_percent(*w) for w in windows]
+        result: dict[str, Any] = {"design": "alternating", "big_first": big_first}
+        for side, samples in sides.items():
+            lat = latencies_ms(samples, received)
+            shares = [c for k, c in enumerate(cpu) if phases.big_on(k) == (side == "measured")]
+            known = [c for c in shares if c is not None]
+            result[side] = {
+                "load_1m": load,
+                "measured": len(samples),
+                "delivered": len(lat),
+                **latency_figures(lat),
+                "worker_cpu_percent": statistics.mean(known) if known else None,
+                "stages": stages(rig, samples),
+            }
+        in_big = [w for k, w in enumerate(windows) if phases.big_on(k)]
+        inside = sum(
+            1 for key in big_sent if any(a <= received.get(key, 0) <= b for a, b in in_big)
+        )
+        result["measured"]["big"] = {
+            "rate_per_s": big.rate,
+            "delivered_in_window_per_s": inside / (len(in_big) * phases.seconds),
+            **latency_figures(latencies_ms(big_sent, received)),
+            "stages": stages(rig, big_sent),
+        }
+        result["phases"] = [
+            {
+                "big": phases.big_on(k),
+                "small_sent": len(samples),
+                **latency_figures(latencies_ms(samples, received)),
+                "worker_cpu_percent": cpu[k],
+            }
+            for k, samples in enumerate(per_phase)
+        ]
+        result["worker_gc"] = gc_pauses(rig)
+    for side in ("baseline", "measured"):
+        figures = result[side]
+        say(
+            f"  small tenant {'with' if side == 'measured' else 'without'} the big one: p50 "
+            f"{fmt(figures['p50_ms'], ' ms', 1)}, p99 {fmt(figures['p99_ms'], ' ms', 1)} "
+            f"({figures['delivered']}/{figures['measured']}; {_stages_text(figures['stages'])}), "
+            f"worker CPU {fmt(figures['worker_cpu_percent'], '%')}"
+            + (f"; big: {_big_text(figures['big'])}" if side == "measured" else "")
+        )
+    for name, key in (("p99_ratio", "p99_ms"), ("p50_ratio", "p50_ms")):
+        result[name] = _ratio(result["measured"].get(key), result["baseline"].get(key))
+    return result
+
+
+def _f7_pairs(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """With ``--big-delay-ms``, the big tenant's endpoint answers after that delay (a child
     process, `bench.silent`), so its attempts hold dispatch slots: with ``--concurrency`` below
     the big tenant's rate x delay the tenants compete for slots, not only for CPU."""
-    small = Stream("small", "small", args.small_rate, (("f7.small", "sub_f7_small"),))
-    big_rate = args.small_rate * args.volume_ratio
-    big = Stream("big", "big", big_rate, (("f7.big", "sub_f7_big"),))
+    small, big = _f7_streams(args)
+    big_rate = big.rate
 
     def run(with_big: bool) -> dict[str, Any]:
         if args.big_delay_ms is None:
@@ -196,17 +346,7 @@ def scenario_f7(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         return result
 
     def _f7_run(with_big: bool, big_url: str | None) -> dict[str, Any]:
-        def subs(receiver: Nginx) -> Subs:
-            urls = {
-                "small": receiver.url_for("/f7/small"),
-                "big": big_url or receiver.url_for("/f7/big"),
-            }
-            return tuple(
-                (f"sub_f7_{name}", {"tenant_id": name, "url": url, "filters": [f"f7.{name}"]})
-                for name, url in urls.items()
-            )  # fmt: skip
-
-        with pipeline(args, work, subs) as rig:
+        with pipeline(args, work, _f7_subs(big_url)) as rig:
             assert rig.worker is not None
             load = load_1m()
             sent = publish(rig, [small, big] if with_big else [small], args.seconds, args.warmup)
@@ -330,7 +470,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--scenario", choices=(*SCENARIOS, "all"), required=True)
     parser.add_argument("--runs", type=int, default=3, help="runs (pairs for f3, f7); medians")
     parser.add_argument("--seconds", type=float, help="measured seconds per run (default 20; "
-                        "f7: 60)")  # fmt: skip
+                        "f7: 60, per side)")  # fmt: skip
     parser.add_argument("--warmup", type=float, default=3.0, help="f3/f7: seconds not counted")
     parser.add_argument("--stall", type=float, default=30.0, help="give up waiting after this")
     parser.add_argument("--concurrency", type=int, default=256, help="worker dispatch concurrency")
@@ -349,7 +489,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     f7.add_argument("--small-rate", type=float, default=3.0, help="the small tenant's events/s")
     f7.add_argument("--volume-ratio", type=float, default=100.0, help="big / small volume")
     f7.add_argument("--big-delay-ms", type=float, help="the big tenant's endpoint answers after "
-                    "this delay (default: nginx, at once)")  # fmt: skip
+                    "this delay (default: nginx, at once; --design pairs only)")  # fmt: skip
+    f7.add_argument("--design", choices=("alternating", "pairs"), default="alternating",
+                    help="alternating: phases with and without the big tenant in one worker; "
+                    "pairs: a run without it, then a run with it")  # fmt: skip
+    f7.add_argument("--phase-seconds", type=float, default=12.0, help="alternating: each phase")
+    f7.add_argument("--settle", type=float, default=2.0, help="alternating: seconds of each "
+                    "phase without the big tenant that are not counted")  # fmt: skip
     f1 = parser.add_argument_group("f1")
     f1.add_argument("--limit", type=float, default=50.0, help="the subscription's rate_limit")
     f1.add_argument("--offered", type=float, default=500.0, help="events/s published to it")
@@ -372,6 +518,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run_scenario(scenario: str, args: argparse.Namespace) -> dict[str, Any]:
     if args.seconds is None:
         args = argparse.Namespace(**{**vars(args), "seconds": scenario_seconds(scenario)})
+    if scenario == "f7" and args.design == "alternating" and args.big_delay_ms is not None:
+        raise SystemExit("--big-delay-ms needs --design pairs (the slow endpoint is per run)")
     load_before = list(os.getloadavg())
     say(f"flow {scenario}: {os.cpu_count()} cores, load average {load_before[0]:.1f}")
     began = time.monotonic()

@@ -32,12 +32,20 @@ def row_figures(scenario: str, result: dict[str, Any]) -> tuple[str, str]:
         )
     if scenario == "f7":
         ratio = med["p99_ratio"]
-        pairs = "/".join(fmt(p["p99_ratio"], "", 2) for p in result["runs"])
+        each = "/".join(fmt(p["p99_ratio"], "", 2) for p in result["runs"])
         small, big = config["small_rate"], config["small_rate"] * config["volume_ratio"]
+        alternating = config.get("design") == "alternating"
         return (
-            f"**small tenant p99 ratio {fmt(ratio, '', 2)}** (pairs {pairs}); p99 "
-            f"{fmt(med['measured_p99_ms'], ' ms', 1)} with vs "
-            f"{fmt(med['baseline_p99_ms'], ' ms', 1)} solo; {small:g} vs {big:g} events/s"
+            f"**small tenant p99 ratio {fmt(ratio, '', 2)}** "
+            + (f"(runs {each}; " if alternating else f"(pairs {each}); ")
+            + (
+                f"{config['phase_seconds']:g} s phases with and without the big tenant in "
+                f"one worker, {config['settle']:g} s settle); "
+                if alternating
+                else ""
+            )
+            + f"p99 {fmt(med['measured_p99_ms'], ' ms', 1)} with vs "
+            f"{fmt(med['baseline_p99_ms'], ' ms', 1)} without; {small:g} vs {big:g} events/s"
             + (
                 f"; the big tenant's endpoint answers after {config['big_delay_ms']:g} ms, "
                 f"{config['concurrency']} dispatch slots"

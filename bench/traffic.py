@@ -111,8 +111,18 @@ class Published:
         return len(self.sent[label])
 
 
-def publish(rig: Rig, streams: Sequence[Stream], seconds: float, warmup_s: float) -> Published:
-    """Publish every stream at its rate for ``warmup_s + seconds``; flush; return what went."""
+def publish(
+    rig: Rig,
+    streams: Sequence[Stream],
+    seconds: float,
+    warmup_s: float,
+    active: Callable[[str, float], bool] | None = None,
+) -> Published:
+    """Publish every stream at its rate for ``warmup_s + seconds``; flush; return what went.
+
+    With ``active``, a stream publishes only while ``active(label, seconds since it began)``
+    holds, and starts again at its rate, without a burst for the time it was off.
+    """
     producer = rig.producer()
     topic = rig.settings.topic("events")
     tag = uuid.uuid4().hex[:6]
@@ -127,6 +137,9 @@ def publish(rig: Rig, streams: Sequence[Stream], seconds: float, warmup_s: float
         if pause > 0:
             time.sleep(pause)
         for index, stream in enumerate(streams):
+            if active is not None and not active(stream.label, i * TICK_S):
+                owed[index] = 0.0
+                continue
             owed[index] += stream.rate * TICK_S
             while owed[index] >= 1.0:
                 owed[index] -= 1.0
