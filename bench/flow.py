@@ -321,14 +321,7 @@ def _f7_alternating(args: argparse.Namespace, work: Path, big_first: bool) -> di
         ]
         result["worker_gc"] = gc_pauses(rig)
     for side in ("baseline", "measured"):
-        figures = result[side]
-        say(
-            f"  small tenant {'with' if side == 'measured' else 'without'} the big one: p50 "
-            f"{fmt(figures['p50_ms'], ' ms', 1)}, p99 {fmt(figures['p99_ms'], ' ms', 1)} "
-            f"({figures['delivered']}/{figures['measured']}; {_stages_text(figures['stages'])}), "
-            f"worker CPU {fmt(figures['worker_cpu_percent'], '%')}"
-            + (f"; big: {_big_text(figures['big'])}" if side == "measured" else "")
-        )
+        _say_small(result[side], with_big=side == "measured")
     for name, key in (("p99_ratio", "p99_ms"), ("p50_ratio", "p50_ms")):
         result[name] = _ratio(result["measured"].get(key), result["baseline"].get(key))
     return result
@@ -384,17 +377,22 @@ def _f7_pairs(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     **latency_figures(big_lat),
                     "stages": stages(rig, big_sent),
                 }
-        say(
-            f"  small tenant {'with' if with_big else 'solo, without'} the big one: p50 "
-            f"{fmt(result['p50_ms'], ' ms', 1)}, p99 {fmt(result['p99_ms'], ' ms', 1)} "
-            f"({result['delivered']}/{result['measured']}; {_stages_text(result['stages'])}), "
-            f"worker CPU {fmt(result['worker_cpu_percent'], '%')}"
-            + (f"; big: {_big_text(result['big'])}" if with_big else "")
-        )
+        _say_small(result, with_big)
         return result
 
     pairs = _pairs(args, run, {"p99_ratio": "p99_ms", "p50_ratio": "p50_ms"})
     return {"runs": pairs, "medians": _pair_medians(pairs, ("p50_ms", "p99_ms"))}
+
+
+def _say_small(figures: dict[str, Any], with_big: bool) -> None:
+    """One line of the small tenant's figures on one side of F7 (and the big tenant's)."""
+    say(
+        f"  small tenant {'with' if with_big else 'solo, without'} the big one: p50 "
+        f"{fmt(figures['p50_ms'], ' ms', 1)}, p99 {fmt(figures['p99_ms'], ' ms', 1)} "
+        f"({figures['delivered']}/{figures['measured']}; {_stages_text(figures['stages'])}), "
+        f"worker CPU {fmt(figures['worker_cpu_percent'], '%')}"
+        + (f"; big: {_big_text(figures['big'])}" if with_big else "")
+    )
 
 
 def _big_text(big: dict[str, Any]) -> str:
