@@ -20,6 +20,7 @@ import logging
 import time
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
@@ -115,6 +116,11 @@ class SubscriptionRegistry(CompactedTopicView):
         self._subs: dict[str, Subscription] = {}
         self._index = SubscriptionIndex()
         self._box = SecretBox.from_settings(settings)
+        self._listeners: list[Callable[[Subscription | None, Subscription], None]] = []
+
+    def on_change(self, listener: Callable[[Subscription | None, Subscription], None]) -> None:
+        """Call ``listener(old, new)`` after every upsert, on the registry's reading thread."""
+        self._listeners.append(listener)
 
     # --- reading --------------------------------------------------------------------------
     def get(self, subscription_id: str) -> Subscription | None:
@@ -152,10 +158,16 @@ class SubscriptionRegistry(CompactedTopicView):
             )
             return
         sub = open_secrets(self._box, sub)  # a wrong key raises ConfigError: never garbage
+        old = self._subs.get(sub.id)
         self._subs[sub.id] = sub
         self._index.upsert(
             sub.id, sub.tenant_id, sub.filters, active=sub.status is SubscriptionStatus.ACTIVE
         )
+        for listener in self._listeners:
+            try:
+                listener(old, sub)
+            except Exception:  # one listener's bug must not stop the registry's reading
+                log.exception("subscription listener failed", extra={"subscription_id": sub.id})
 
 
 def seal_secrets(box: SecretBox, sub: Subscription) -> Subscription:

@@ -18,8 +18,16 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from streams import metrics
 from streams.adapters import codec
@@ -60,6 +68,7 @@ from streams.domain.models import (
     SubscriptionStatus,
 )
 from streams.domain.offsets import OffsetTracker
+from streams.domain.ratelimit import rate_raised, released_by_raise
 from streams.domain.recovery import breaker_reset_due
 from streams.domain.settle import settle
 from streams.errors import DecodeError, HookstreamError
@@ -78,6 +87,17 @@ READ_AHEAD = 2000
 # instead of attempted while the subscription is suspended or disabled: the live lane's
 # deliveries already in flight finish (H4); waiting retries and backfills do not go out.
 PARKED_LANES = frozenset({Lane.RETRY, Lane.BACKFILL, Lane.REPLAY})
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """A delivery from a retry tier, held in memory until it is due."""
+
+    handle: asyncio.TimerHandle
+    delivery: Delivery
+    deferred_ms: int  # when it was written to the tier (the record's timestamp)
+
+
 # Lanes whose deliveries are settled without an attempt when they already succeeded (Q1):
 # copies replayed after a crash or rebalance. Replays, backfills, probes and tests always go.
 DEDUPED_LANES = frozenset({Lane.LIVE, Lane.RETRY})
@@ -160,7 +180,8 @@ class Dispatcher:
             adaptive=settings.adaptive_concurrency,
             on_decrease=metrics.record_concurrency_decrease,
         )
-        self._timers: dict[TP, dict[int, asyncio.TimerHandle]] = {}
+        self._timers: dict[TP, dict[int, _Waiting]] = {}
+        self._raised: dict[str, int] = {}  # subscription -> when its rate limit last went up
         self._paused: set[TP] = set()  # retry tiers waiting for their read-ahead to fire
         self._intake_paused: set[TP] = set()  # partitions holding their share of the buffer
         self._next_shed = 0.0
@@ -290,8 +311,8 @@ class Dispatcher:
         for tp in tps:
             for delivery_id in self._pending_at.pop(tp, {}).values():
                 self._unpend(delivery_id)
-            for handle in self._timers.pop(tp, {}).values():
-                handle.cancel()
+            for waiting in self._timers.pop(tp, {}).values():
+                waiting.handle.cancel()
             self._paused.discard(tp)
             self._intake_paused.discard(tp)
 
@@ -310,19 +331,62 @@ class Dispatcher:
             self._settled(tp, offset)
             return
         if topic in self._tier_delay:
-            self._schedule(tp, offset, delivery)
+            kind, stamp = msg.timestamp()
+            self._schedule(tp, offset, delivery, stamp if kind != TIMESTAMP_NOT_AVAILABLE else 0)
         else:
             self._spawn(tp, offset, delivery)
 
-    def _schedule(self, tp: TP, offset: int, delivery: Delivery) -> None:
-        """Hold a retry (or deferral) in memory until it is due, never firing early (D6)."""
+    def _schedule(self, tp: TP, offset: int, delivery: Delivery, deferred_ms: int) -> None:
+        """Hold a retry (or deferral) in memory until it is due, never firing early (D6);
+        a deferral that only a since-raised rate limit holds back is due now (F1)."""
         assert self._loop is not None and self._consumer is not None
-        wait = max(0.0, delivery.due_at / 1000 - self._clock())
+        now = self._clock()
+        wait = max(0.0, delivery.due_at / 1000 - now)
+        if self._due_by_raise(delivery, deferred_ms, int(now * 1000)):
+            wait = 0.0
         pending = self._timers.setdefault(tp, {})
-        pending[offset] = self._loop.call_later(wait, self._fire, tp, offset, delivery)
+        handle = self._loop.call_later(wait, self._fire, tp, offset, delivery)
+        pending[offset] = _Waiting(handle, delivery, deferred_ms)
         if len(pending) >= READ_AHEAD and tp not in self._paused:
             self._consumer.pause([TopicPartition(tp[0], tp[1])])
             self._paused.add(tp)
+
+    def _due_by_raise(self, delivery: Delivery, deferred_ms: int, now_ms: int) -> bool:
+        return released_by_raise(
+            never_attempted=delivery.first_attempt_at is None,
+            deferred_ms=deferred_ms,
+            raised_ms=self._raised.get(delivery.subscription_id),
+            due_ms=delivery.due_at,
+            now_ms=now_ms,
+        )
+
+    def _subscription_changed(self, old: Subscription | None, new: Subscription) -> None:
+        """On the registry's thread: a raised rate limit applies to what already waits."""
+        loop = self._loop
+        if old is not None and rate_raised(old.rate_limit, new.rate_limit) and loop is not None:
+            loop.call_soon_threadsafe(self._limit_raised, new, int(self._clock() * 1000))
+
+    def _limit_raised(self, sub: Subscription, raised_ms: int) -> None:
+        """Deliveries deferred at ``sub``'s old, lower rate come back now, to be paced at the
+        new one; those not read yet come back as they are read (`_schedule`). F1."""
+        self._raised[sub.id] = raised_ms
+        self._flow.limit_raised(sub)
+        now_ms = int(self._clock() * 1000)
+        released = 0
+        for tp, pending in list(self._timers.items()):
+            for offset, waiting in list(pending.items()):
+                delivery = waiting.delivery
+                if delivery.subscription_id == sub.id and self._due_by_raise(
+                    delivery, waiting.deferred_ms, now_ms
+                ):
+                    waiting.handle.cancel()
+                    self._fire(tp, offset, delivery)
+                    released += 1
+        log.info(
+            "rate limit raised: %d deferred deliveries released",
+            released,
+            extra={"subscription_id": sub.id, "rate_limit": sub.rate_limit},
+        )
 
     def _fire(self, tp: TP, offset: int, delivery: Delivery) -> None:
         pending = self._timers.get(tp, {})
@@ -534,6 +598,7 @@ class Dispatcher:
         """Dispatch until ``stop`` is set, then finish in-flight attempts and commit."""
         await self._registry.ready.wait()
         self._loop = asyncio.get_running_loop()
+        self._registry.on_change(self._subscription_changed)
         consumer = self._consumer = make_consumer(
             self._settings, "dispatch", on_commit=self._committer.on_commit
         )

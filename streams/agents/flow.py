@@ -226,6 +226,12 @@ class FlowControl:
         flow.cap = queue_cap(sub.rate_limit)
         return flow
 
+    def limit_raised(self, sub: Subscription) -> None:
+        """``sub``'s rate limit went up (or was lifted): its queue runs at the new rate now,
+        and new deliveries no longer line up behind those deferred at the old one."""
+        if sub.id in self._flows:
+            self._flow(sub).deferred_until = 0.0
+
     def submit(self, tp: TP, offset: int, delivery: Delivery, sub: Subscription) -> None:
         """Take one delivery in; it is attempted when its limits allow, or deferred."""
         flow = self._flow(sub)
@@ -340,7 +346,8 @@ class FlowControl:
             if wait > 0:
                 origin.release()
                 in_flight.release()
-                await asyncio.sleep(wait)
+                # at most a second: a rate raised meanwhile applies to the next turn (F1)
+                await asyncio.sleep(min(wait, 1.0))
                 continue
             if flow.bucket is not None:
                 flow.bucket.take(self._clock())

@@ -77,3 +77,27 @@ def deferred_due(now: float, wait_s: float, rate: float, line_end: float) -> flo
     trips a second inside the worker while the subscription itself gets less than its rate.
     """
     return max(now + wait_s, line_end + 1.0 / rate)
+
+
+def rate_raised(old: float | None, new: float | None) -> bool:
+    """Whether a subscription's ``rate_limit`` went up, or was lifted (F1)."""
+    return old is not None and (new is None or new > old)
+
+
+def released_by_raise(
+    *, never_attempted: bool, deferred_ms: int, raised_ms: int | None, due_ms: int, now_ms: int
+) -> bool:
+    """Whether a delivery waiting in a retry tier may come back now, because the rate limit
+    that deferred it has since been raised (F1: limits take effect without a restart).
+
+    Only a delivery never attempted qualifies: it waits for nothing but its turn, which the
+    old, lower rate set. A retry may be waiting out its backoff or a Retry-After, and keeps
+    its time. The delivery goes back to flow control, which paces it at the new rate and
+    defers again what does not fit in memory, in a line drawn at the new rate.
+    """
+    return (
+        never_attempted
+        and raised_ms is not None
+        and deferred_ms < raised_ms < due_ms
+        and (now_ms < due_ms)
+    )

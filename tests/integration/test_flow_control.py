@@ -13,7 +13,7 @@ from confluent_kafka import Consumer
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import consumer_config, partition_of
 from streams.domain.models import DeliveryState
-from streams.services.subscriptions import create_subscription
+from streams.services.subscriptions import create_subscription, update_subscription
 from streams.settings import Settings
 from tests.integration.pipeline_harness import PipelineHarness, make_event
 from tests.receivers import Capacity, PerId, Receiver, Respond, Silent
@@ -46,6 +46,38 @@ async def test_f1_throttled_deliveries_arrive_later_at_the_rate_and_never_fail(
     assert max(windows) <= 5 + 1, "never more than the rate (plus one) in any second"
     assert {a.state for a in attempts} == {DeliveryState.SUCCESS}, "throttling never fails"
     assert len(attempts) == 20, "a throttled delivery is not an attempt"
+
+
+async def test_f1_a_rate_limit_update_takes_effect_without_a_restart(
+    make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
+) -> None:
+    receiver = receiver_factory()
+    url = receiver.route("/raised", Respond(200))
+    async with PipelineHarness(make_settings(**FAST)) as h:
+        sub = await h.subscribe(url, ["*"], rate_limit=1.0, max_in_flight=1)
+        await h.publish([make_event("acme", "order.created", n) for n in range(30)])
+        await h.wait_for(lambda: len(receiver.requests) >= 3, timeout_s=60)
+        paced = sorted(r.at for r in receiver.requests)
+        await asyncio.to_thread(update_subscription, h.settings, sub.id, {"rate_limit": 1000.0})
+        registry = h.pipeline.registry
+
+        def raised() -> bool:
+            current = registry.get(sub.id)
+            return current is not None and current.rate_limit == 1000.0
+
+        await h.wait_for(raised, timeout_s=20)
+        raised_at = time.time()
+        left = 30 - len(receiver.requests)
+        await h.wait_for(lambda: len(receiver.requests) >= 30, timeout_s=60)
+        attempts = await h.attempts()
+    # at the old 1/s the first three took at least ~2 s
+    assert paced[2] - paced[0] >= 1.8, paced
+    # at the old rate the rest would take `left` seconds; the running worker sends them at once
+    last = max(r.at for r in receiver.requests)
+    assert left >= 15, f"only {left} deliveries were left when the limit was raised"
+    assert last - raised_at < left / 2, f"{left} deliveries took {last - raised_at:.1f}s"
+    assert len(attempts) == 30, "a throttled delivery is not an attempt"
+    assert {a.state for a in attempts} == {DeliveryState.SUCCESS}
 
 
 async def test_f2_retry_after_holds_the_subscriptions_next_deliveries(

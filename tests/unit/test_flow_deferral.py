@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from streams.agents.flow import Ended, FlowControl
 from streams.domain.models import Delivery, Event, Secret, Subscription
-from streams.domain.ratelimit import deferred_due
+from streams.domain.ratelimit import deferred_due, rate_raised, released_by_raise
 
 TP = ("routed", 0)
 NOW = 1_000.0
@@ -99,6 +99,47 @@ async def test_f1_new_deliveries_queue_behind_the_deferred_ones_returning_ones_g
     control.submit(TP, 300, returning, sub)
     assert control.queued == 1
     await control.drain(0.1)
+
+
+async def test_f1_a_raised_limit_ends_the_line_drawn_at_the_old_rate() -> None:
+    slow = _sub(rate=1.0)
+    deferrals = Deferrals()
+    control = _control(deferrals, slow)
+    for offset in range(40):  # 8 in memory, 32 deferred one second apart
+        control.submit(TP, offset, _delivery(slow, offset), slow)
+    assert deferrals.due_ms["dlv_39"] == int((NOW + 8 + 31) * 1000)
+    fast = replace(slow, rate_limit=100.0)
+    control.limit_raised(fast)
+    # a new delivery no longer waits behind the old line: memory has room at 100/s
+    control.submit(TP, 40, _delivery(fast, 40), fast)
+    assert "dlv_40" not in deferrals.due_ms and control.queued == 9
+    await control.drain(0.1)
+
+
+def test_f1_a_raise_is_a_higher_rate_or_none() -> None:
+    assert rate_raised(1.0, 2.0) and rate_raised(1.0, None)
+    assert not rate_raised(2.0, 1.0) and not rate_raised(2.0, 2.0)
+    assert not rate_raised(None, 5.0)  # from no limit to one: nothing waits on a limit
+
+
+def test_f1_only_never_attempted_deliveries_deferred_before_the_raise_come_back_early() -> None:
+    def released(**change: object) -> bool:
+        args: dict[str, object] = {
+            "never_attempted": True,
+            "deferred_ms": 1_000,
+            "raised_ms": 2_000,
+            "due_ms": 9_000,
+            "now_ms": 3_000,
+        }
+        args.update(change)
+        return released_by_raise(**args)  # type: ignore[arg-type]
+
+    assert released()
+    assert not released(never_attempted=False)  # a retry may wait out a backoff (D6)
+    assert not released(raised_ms=None)  # never raised
+    assert not released(deferred_ms=2_500)  # deferred after the raise: already at the new rate
+    assert not released(due_ms=1_500)  # due before the raise: the old rate did not hold it
+    assert not released(now_ms=9_500)  # due anyway
 
 
 async def test_f1_an_unthrottled_subscription_never_waits_behind_a_line() -> None:
