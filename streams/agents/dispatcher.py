@@ -361,16 +361,23 @@ class Dispatcher:
         )
 
     def _subscription_changed(self, old: Subscription | None, new: Subscription) -> None:
-        """On the registry's thread: a raised rate limit applies to what already waits."""
+        """On the registry's thread: changed limits apply to what already waits (F1)."""
         loop = self._loop
-        if old is not None and rate_raised(old.rate_limit, new.rate_limit) and loop is not None:
-            loop.call_soon_threadsafe(self._limit_raised, new, int(self._clock() * 1000))
+        if old is None or loop is None:
+            return
+        if (old.rate_limit, old.max_in_flight) != (new.rate_limit, new.max_in_flight):
+            raised = rate_raised(old.rate_limit, new.rate_limit)
+            now_ms = int(self._clock() * 1000)
+            loop.call_soon_threadsafe(self._limits_changed, new, now_ms, raised)
 
-    def _limit_raised(self, sub: Subscription, raised_ms: int) -> None:
-        """Deliveries deferred at ``sub``'s old, lower rate come back now, to be paced at the
-        new one; those not read yet come back as they are read (`_schedule`). F1."""
-        self._raised[sub.id] = raised_ms
-        self._flow.limit_raised(sub)
+    def _limits_changed(self, sub: Subscription, changed_ms: int, raised: bool) -> None:
+        """``sub``'s flow takes its new limits. On a raised rate, deliveries deferred at the
+        old, lower rate come back now, to be paced at the new one; those not read yet come
+        back as they are read (`_schedule`)."""
+        self._flow.limits_changed(sub, raised=raised)
+        if not raised:
+            return
+        self._raised[sub.id] = changed_ms
         now_ms = int(self._clock() * 1000)
         released = 0
         for tp, pending in list(self._timers.items()):

@@ -226,11 +226,14 @@ class FlowControl:
         flow.cap = queue_cap(sub.rate_limit)
         return flow
 
-    def limit_raised(self, sub: Subscription) -> None:
-        """``sub``'s rate limit went up (or was lifted): its queue runs at the new rate now,
-        and new deliveries no longer line up behind those deferred at the old one."""
+    def limits_changed(self, sub: Subscription, *, raised: bool) -> None:
+        """``sub``'s limits changed: its queue runs under the new ones from its next turn. When
+        its rate went up (or was lifted), new deliveries no longer line up behind those
+        deferred at the old rate."""
         if sub.id in self._flows:
-            self._flow(sub).deferred_until = 0.0
+            flow = self._flow(sub)
+            if raised:
+                flow.deferred_until = 0.0
 
     def submit(self, tp: TP, offset: int, delivery: Delivery, sub: Subscription) -> None:
         """Take one delivery in; it is attempted when its limits allow, or deferred."""

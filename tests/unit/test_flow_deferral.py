@@ -109,7 +109,7 @@ async def test_f1_a_raised_limit_ends_the_line_drawn_at_the_old_rate() -> None:
         control.submit(TP, offset, _delivery(slow, offset), slow)
     assert deferrals.due_ms["dlv_39"] == int((NOW + 8 + 31) * 1000)
     fast = replace(slow, rate_limit=100.0)
-    control.limit_raised(fast)
+    control.limits_changed(fast, raised=True)
     # a new delivery no longer waits behind the old line: memory has room at 100/s
     control.submit(TP, 40, _delivery(fast, 40), fast)
     assert "dlv_40" not in deferrals.due_ms and control.queued == 9
