@@ -80,6 +80,36 @@ async def test_f1_a_rate_limit_update_takes_effect_without_a_restart(
     assert {a.state for a in attempts} == {DeliveryState.SUCCESS}
 
 
+async def test_f1_a_max_in_flight_update_takes_effect_without_a_restart(
+    make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
+) -> None:
+    receiver = receiver_factory()
+    url = receiver.route("/widened", Respond(200, delay_s=1.0))
+    async with PipelineHarness(make_settings(**FAST)) as h:
+        sub = await h.subscribe(url, ["*"], max_in_flight=1)
+        await h.publish([make_event("acme", "order.created", n) for n in range(14)])
+        await h.wait_for(lambda: len(receiver.requests) >= 2, timeout_s=60)
+        await asyncio.to_thread(update_subscription, h.settings, sub.id, {"max_in_flight": 16})
+        registry = h.pipeline.registry
+
+        def widened() -> bool:
+            current = registry.get(sub.id)
+            return current is not None and current.max_in_flight == 16
+
+        await h.wait_for(widened, timeout_s=20)
+        widened_at = time.time()
+        left = 14 - len(receiver.requests)
+        await h.wait_for(lambda: len(receiver.requests) >= 14, timeout_s=60)
+        await h.wait_for(lambda: h.settled_count() >= 14, timeout_s=30)
+        attempts = await h.attempts()
+    # one at a time, each answered after 1 s, the rest would take `left` seconds more
+    assert left >= 8, f"only {left} deliveries were left when the limit was raised"
+    last = max(r.at for r in receiver.requests)
+    assert last - widened_at < left / 2, f"{left} deliveries took {last - widened_at:.1f}s"
+    assert len(attempts) == 14
+    assert {a.state for a in attempts} == {DeliveryState.SUCCESS}
+
+
 async def test_f2_retry_after_holds_the_subscriptions_next_deliveries(
     make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
 ) -> None:
