@@ -182,6 +182,7 @@ class Dispatcher:
         )
         self._timers: dict[TP, dict[int, _Waiting]] = {}
         self._raised: dict[str, int] = {}  # subscription -> when its rate limit last went up
+        registry.on_change(self._subscription_changed)  # acts once `run` has a loop
         self._paused: set[TP] = set()  # retry tiers waiting for their read-ahead to fire
         self._intake_paused: set[TP] = set()  # partitions holding their share of the buffer
         self._next_shed = 0.0
@@ -363,7 +364,7 @@ class Dispatcher:
     def _subscription_changed(self, old: Subscription | None, new: Subscription) -> None:
         """On the registry's thread: changed limits apply to what already waits (F1)."""
         loop = self._loop
-        if old is None or loop is None:
+        if old is None or loop is None or loop.is_closed():
             return
         if (old.rate_limit, old.max_in_flight) != (new.rate_limit, new.max_in_flight):
             raised = rate_raised(old.rate_limit, new.rate_limit)
@@ -605,7 +606,6 @@ class Dispatcher:
         """Dispatch until ``stop`` is set, then finish in-flight attempts and commit."""
         await self._registry.ready.wait()
         self._loop = asyncio.get_running_loop()
-        self._registry.on_change(self._subscription_changed)
         consumer = self._consumer = make_consumer(
             self._settings, "dispatch", on_commit=self._committer.on_commit
         )
