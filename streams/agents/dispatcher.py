@@ -87,17 +87,6 @@ READ_AHEAD = 2000
 # instead of attempted while the subscription is suspended or disabled: the live lane's
 # deliveries already in flight finish (H4); waiting retries and backfills do not go out.
 PARKED_LANES = frozenset({Lane.RETRY, Lane.BACKFILL, Lane.REPLAY})
-
-
-@dataclass(frozen=True, slots=True)
-class _Waiting:
-    """A delivery from a retry tier, held in memory until it is due."""
-
-    handle: asyncio.TimerHandle
-    delivery: Delivery
-    deferred_ms: int  # when it was written to the tier (the record's timestamp)
-
-
 # Lanes whose deliveries are settled without an attempt when they already succeeded (Q1):
 # copies replayed after a crash or rebalance. Replays, backfills, probes and tests always go.
 DEDUPED_LANES = frozenset({Lane.LIVE, Lane.RETRY})
@@ -114,6 +103,15 @@ PARTITION_SHARE = 8
 # While a partition is paused, its queued deliveries to slow or stalled origins are deferred
 # (FlowControl.shed_slow) at most this often.
 SHED_INTERVAL_S = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """A delivery from a retry tier, held in memory until it is due."""
+
+    handle: asyncio.TimerHandle
+    delivery: Delivery
+    deferred_ms: int  # when it was written to the tier (the record's timestamp)
 
 
 def _breaker_changed(origin: str, old: BreakerState, new: BreakerState, at_ms: int) -> None:

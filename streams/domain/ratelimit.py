@@ -95,9 +95,5 @@ def released_by_raise(
     its time. The delivery goes back to flow control, which paces it at the new rate and
     defers again what does not fit in memory, in a line drawn at the new rate.
     """
-    return (
-        never_attempted
-        and raised_ms is not None
-        and deferred_ms < raised_ms < due_ms
-        and (now_ms < due_ms)
-    )
+    # a raise lies in the past, so a delivery still due later was held by the old rate
+    return never_attempted and raised_ms is not None and deferred_ms < raised_ms and now_ms < due_ms

@@ -48,6 +48,18 @@ async def test_f1_throttled_deliveries_arrive_later_at_the_rate_and_never_fail(
     assert len(attempts) == 20, "a throttled delivery is not an attempt"
 
 
+async def _update(h: PipelineHarness, sub_id: str, **patch: Any) -> None:
+    """Update a subscription through the service and wait until the pipeline's registry has it."""
+    await asyncio.to_thread(update_subscription, h.settings, sub_id, patch)
+    registry = h.pipeline.registry
+
+    def applied() -> bool:
+        current = registry.get(sub_id)
+        return current is not None and all(getattr(current, k) == v for k, v in patch.items())
+
+    await h.wait_for(applied, timeout_s=20)
+
+
 async def test_f1_a_rate_limit_update_takes_effect_without_a_restart(
     make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
 ) -> None:
@@ -58,14 +70,7 @@ async def test_f1_a_rate_limit_update_takes_effect_without_a_restart(
         await h.publish([make_event("acme", "order.created", n) for n in range(30)])
         await h.wait_for(lambda: len(receiver.requests) >= 3, timeout_s=60)
         paced = sorted(r.at for r in receiver.requests)
-        await asyncio.to_thread(update_subscription, h.settings, sub.id, {"rate_limit": 1000.0})
-        registry = h.pipeline.registry
-
-        def raised() -> bool:
-            current = registry.get(sub.id)
-            return current is not None and current.rate_limit == 1000.0
-
-        await h.wait_for(raised, timeout_s=20)
+        await _update(h, sub.id, rate_limit=1000.0)
         raised_at = time.time()
         left = 30 - len(receiver.requests)
         await h.wait_for(lambda: len(receiver.requests) >= 30, timeout_s=60)
@@ -89,14 +94,7 @@ async def test_f1_a_max_in_flight_update_takes_effect_without_a_restart(
         sub = await h.subscribe(url, ["*"], max_in_flight=1)
         await h.publish([make_event("acme", "order.created", n) for n in range(14)])
         await h.wait_for(lambda: len(receiver.requests) >= 2, timeout_s=60)
-        await asyncio.to_thread(update_subscription, h.settings, sub.id, {"max_in_flight": 16})
-        registry = h.pipeline.registry
-
-        def widened() -> bool:
-            current = registry.get(sub.id)
-            return current is not None and current.max_in_flight == 16
-
-        await h.wait_for(widened, timeout_s=20)
+        await _update(h, sub.id, max_in_flight=16)
         widened_at = time.time()
         left = 14 - len(receiver.requests)
         await h.wait_for(lambda: len(receiver.requests) >= 14, timeout_s=60)
