@@ -22,9 +22,9 @@ from confluent_kafka import Message
 
 from streams.adapters import codec
 from streams.adapters.registry import SubscriptionRegistry
-from streams.agents.router import Router
 from streams.domain.models import Event, Secret, Subscription
 from streams.domain.signing import generate_secret
+from streams.lanes.router import Router
 from streams.settings import load_settings
 
 TENANT = "acme"

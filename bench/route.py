@@ -25,8 +25,8 @@ from bench.rig import EVENT_TYPE, TENANT, make_event
 from streams.adapters import codec
 from streams.adapters.kafka_clients import make_producer
 from streams.adapters.registry import SubscriptionRegistry
-from streams.agents.router import Router
 from streams.domain.models import Secret, Subscription
+from streams.lanes.router import Router
 from streams.settings import Settings
 
 BATCH = 500

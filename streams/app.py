@@ -34,12 +34,12 @@ from streams.adapters import agent_fetch
 from streams.adapters.kafka_admin import TopicAdmin
 from streams.adapters.lag import lag_component
 from streams.agents.analytics import analytics_component
-from streams.agents.backfill import backfill_component
 from streams.agents.health import health_component
 from streams.agents.notifier import notifier_component
-from streams.agents.pipeline import pipeline_component
 from streams.api import api_component
 from streams.domain.topology import TopicSpec
+from streams.lanes.backfill import backfill_component
+from streams.lanes.pipeline import pipeline_component
 from streams.logging import configure_logging
 from streams.metrics import metrics_component, watch_gc_pauses
 from streams.settings import Settings

@@ -2,7 +2,7 @@
 
 The agent reads `attempt-digests` in batches (`BATCH_MAX` records or `BATCH_WITHIN_S`,
 whichever comes first). A digest holds what one dispatcher settled in one partition between two
-of its commits, folded ahead per subscription into a `Tally` (`streams.agents.outbox`): one
+of its commits, folded ahead per subscription into a `Tally` (`streams.lanes.outbox`): one
 Faust record per partition and commit instead of one per attempt, and a few aggregates to merge
 instead of every attempt to decode and fold on the event loop the deliveries share
 (docs/benchmarks.md, sections 15, 18 and 19). Each subscription's tallies are folded with the

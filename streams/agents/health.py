@@ -33,7 +33,6 @@ from streams import metrics
 from streams.adapters import codec
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.registry import publish_subscription
-from streams.agents.pipeline import Pipeline
 from streams.domain.health import (
     HealthRecord,
     SuspendDecision,
@@ -52,6 +51,7 @@ from streams.domain.notices import EarlyWarningNotice, SuspensionNotice, to_noti
 from streams.domain.policy import SuspensionPolicy
 from streams.domain.recovery import ControlKind
 from streams.errors import DecodeError
+from streams.lanes.pipeline import Pipeline
 from streams.services.archive import count_waiting
 from streams.settings import Settings
 

@@ -27,11 +27,11 @@ import orjson
 from streams.adapters.kafka_admin import apply_topics, delete_topics, load_topology
 from streams.adapters.registry import SubscriptionRegistry
 from streams.adapters.ssrf import guarded_transport
-from streams.agents.backfill import BackfillRunner
 from streams.demo.receivers import DemoReceivers
 from streams.demo.run import DEMO_POLICY, start_worker
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import Event, SubscriptionStatus
+from streams.lanes.backfill import BackfillRunner
 from streams.services import recovery
 from streams.services.config import set_policy
 from streams.services.events import publish_events

@@ -12,7 +12,7 @@
    owner's `ProbeFailedNotice` on `notifications`; an audit record on `control`.
    Probe passed: a new version, active, status_reason `reenabled`; a `reenabled` control event
    (the health agent resets the health record on it); and one backfill job on `control` for
-   the runner (``streams.agents.backfill``), covering the archive window and the deliveries
+   the runner (``streams.lanes.backfill``), covering the archive window and the deliveries
    parked with reason `suspended` while it was suspended.
 """
 
@@ -33,7 +33,6 @@ from streams.adapters.control_log import append, read_partition, stored_progress
 from streams.adapters.http import Transport
 from streams.adapters.kafka_clients import make_producer, produce
 from streams.adapters.registry import publish_subscription
-from streams.agents.delivery import attempt
 from streams.domain import recovery as rules
 from streams.domain.backoff import RetryPolicy
 from streams.domain.classify import classify
@@ -52,6 +51,7 @@ from streams.domain.pacing import effective_rate
 from streams.domain.recovery import Claim, ControlKind, Job, JobKind, Progress
 from streams.domain.settle import settle
 from streams.errors import ConflictError, HookstreamError
+from streams.lanes.delivery import attempt
 from streams.services.subscriptions import SubscriptionSource, get_subscription, public_view
 from streams.settings import Settings
 

@@ -3,7 +3,7 @@
 Every replay keeps the delivery's idempotency key (D2), so receivers can tell a replay from a
 new event. A replay goes out on the `backfill` topic with lane ``replay``: a single delivery is
 written at once; a range or a dead-letter selection becomes a paced job for the backfill runner
-(``streams.agents.backfill``), one job per subscription. Replays go to active subscriptions
+(``streams.lanes.backfill``), one job per subscription. Replays go to active subscriptions
 only: a suspended or disabled one is refused with a 409 that names its status.
 """
 

@@ -26,7 +26,6 @@ from streams.adapters.registry import (
     publish_subscription,
 )
 from streams.adapters.ssrf import HostLookup, destination_problem, system_lookup
-from streams.agents.delivery import attempt
 from streams.domain.classify import classify
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import (
@@ -45,6 +44,7 @@ from streams.domain.validation import (
     validate_subscription,
 )
 from streams.errors import ConflictError, HookstreamError, NotFoundError, ValidationError
+from streams.lanes.delivery import attempt
 from streams.settings import Settings
 
 Clock = Callable[[], float]

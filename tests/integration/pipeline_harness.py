@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 
 from streams.adapters.kafka_admin import apply_topics, delete_topics, load_topology
-from streams.agents.pipeline import Pipeline
 from streams.domain.models import Attempt, DeadLetter, Event, Subscription
+from streams.lanes.pipeline import Pipeline
 from streams.services.events import publish_events
 from streams.services.ledger import all_attempts, list_dead_letters
 from streams.services.subscriptions import create_subscription

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
-from streams.agents.backfill import BackfillRunner
-from streams.agents.pipeline import Pipeline
+from streams.lanes.backfill import BackfillRunner
+from streams.lanes.pipeline import Pipeline
 from streams.settings import load_settings
 
 

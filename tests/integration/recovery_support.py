@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 from streams.adapters import codec
 from streams.adapters.registry import SubscriptionRegistry
 from streams.adapters.topic_reader import scan
-from streams.agents.backfill import BackfillRunner
 from streams.domain.models import ControlEvent, Delivery, Notification, Subscription
 from streams.domain.models import SubscriptionStatus as Status
+from streams.lanes.backfill import BackfillRunner
 from streams.services.subscriptions import _save
 from streams.settings import Settings
 from tests.integration.pipeline_harness import PipelineHarness

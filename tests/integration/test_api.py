@@ -38,7 +38,7 @@ pytestmark = pytest.mark.integration
 ADMIN = "op-" + uuid.uuid4().hex
 SECRET_KEY = "k-" + uuid.uuid4().hex
 _WORKER = (
-    "from streams.agents.pipeline import pipeline_component\n"
+    "from streams.lanes.pipeline import pipeline_component\n"
     "from streams.api import api_component\n"
     "from streams.app import create_app, run_worker\n"
     "from streams.settings import load_settings\n"

@@ -18,9 +18,9 @@ import pytest
 from streams.adapters import codec
 from streams.adapters.kafka_clients import make_producer
 from streams.adapters.topic_reader import scan
-from streams.agents.pipeline import Pipeline
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import Delivery, Lane
+from streams.lanes.pipeline import Pipeline
 from streams.settings import Settings
 from tests.integration.pipeline_harness import PipelineHarness, make_event
 from tests.receivers import Receiver, Respond

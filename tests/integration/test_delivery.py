@@ -14,9 +14,9 @@ from standardwebhooks.webhooks import Webhook
 from streams.adapters import codec
 from streams.adapters.kafka_clients import partition_of
 from streams.adapters.topic_reader import scan
-from streams.agents import dispatcher as dispatcher_module
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import AnalyticsDigest, DeliveryState, HealthOutcome, OutcomeClass
+from streams.lanes import dispatcher as dispatcher_module
 from streams.settings import Settings
 from tests.integration.pipeline_harness import PipelineHarness, make_event
 from tests.receivers import PerId, Receiver, Reset, Respond

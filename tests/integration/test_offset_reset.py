@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from streams.adapters.kafka_admin import apply_topics, delete_topics, load_topology
-from streams.agents.pipeline import Pipeline
 from streams.cli.replay import replay
 from streams.domain.idempotency import delivery_id
 from streams.errors import ConflictError
+from streams.lanes.pipeline import Pipeline
 from streams.services.offset_reset import reset_offsets
 from streams.settings import Settings
 from tests.integration.pipeline_harness import PipelineHarness, make_event

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.agents.flow import Ended, FlowControl
 from streams.domain.concurrency import AimdLimit, overloaded
 from streams.domain.models import Delivery, Event, FailureKind, Secret, Subscription
+from streams.lanes.flow import Ended, FlowControl
 
 TP = ("routed", 0)
 

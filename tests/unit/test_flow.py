@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.agents.flow import FairSlots
 from streams.domain.fairness import FairOrder
 from streams.domain.ratelimit import TokenBucket, queue_cap
+from streams.lanes.flow import FairSlots
 
 
 def test_f1_bucket_paces_at_the_rate() -> None:

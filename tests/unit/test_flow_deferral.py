@@ -13,9 +13,9 @@ from itertools import pairwise
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.agents.flow import Ended, FlowControl
 from streams.domain.models import Delivery, Event, Secret, Subscription
 from streams.domain.ratelimit import deferred_due, rate_raised, released_by_raise
+from streams.lanes.flow import Ended, FlowControl
 
 TP = ("routed", 0)
 NOW = 1_000.0

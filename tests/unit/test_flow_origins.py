@@ -10,9 +10,9 @@ import asyncio
 
 import pytest
 
-from streams.agents import flow as flow_module
-from streams.agents.flow import Ended, FlowControl, OriginGate
 from streams.domain.models import Delivery, Event, Secret, Subscription
+from streams.lanes import flow as flow_module
+from streams.lanes.flow import Ended, FlowControl, OriginGate
 
 TP = ("routed", 0)
 

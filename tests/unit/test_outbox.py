@@ -16,9 +16,7 @@ import pytest
 from streams.adapters import codec
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import partition_of
-from streams.agents import outbox as outbox_module
 from streams.agents.analytics import _tallies
-from streams.agents.outbox import Outbox
 from streams.domain.analytics import Tally
 from streams.domain.models import (
     AnalyticsDigest,
@@ -29,6 +27,8 @@ from streams.domain.models import (
     OutcomeClass,
 )
 from streams.domain.settle import Settlement
+from streams.lanes import outbox as outbox_module
+from streams.lanes.outbox import Outbox
 from streams.settings import Settings, load_settings
 
 T0 = 1_714_564_800_000

@@ -1,6 +1,6 @@
 """One backfill or replay job, run to its end: dead letters first, then the archive window.
 
-`JobRun` is the body of a job for `streams.agents.backfill.BackfillRunner`. It waits until the
+`JobRun` is the body of a job for `streams.lanes.backfill.BackfillRunner`. It waits until the
 worker's registry shows the subscription version the job was made for (so the dispatcher does
 not park its records as if the subscription were still suspended), fixes the job's ranges and
 total on its first run, then writes each selected delivery to the `backfill` topic at the job's

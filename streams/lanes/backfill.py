@@ -36,10 +36,10 @@ from streams.adapters import codec
 from streams.adapters.control_log import RUNNER_GROUP
 from streams.adapters.kafka_clients import ProduceTracker, flush, make_consumer, make_producer
 from streams.adapters.registry import SubscriptionRegistry
-from streams.agents.job import JobRun
 from streams.domain.models import ControlEvent
 from streams.domain.recovery import ControlKind, Job, Progress, resume_point
 from streams.errors import DecodeError
+from streams.lanes.job import JobRun
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)

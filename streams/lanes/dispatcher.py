@@ -43,9 +43,6 @@ from streams.adapters.kafka_clients import (
 )
 from streams.adapters.registry import SubscriptionRegistry
 from streams.adapters.topic_reader import read_since
-from streams.agents.delivery import attempt
-from streams.agents.flow import Ended, FlowControl
-from streams.agents.outbox import Outbox
 from streams.domain.backoff import RetryPolicy
 from streams.domain.breaker import (
     BreakerConfig,
@@ -72,6 +69,9 @@ from streams.domain.ratelimit import rate_raised, released_by_raise
 from streams.domain.recovery import breaker_reset_due
 from streams.domain.settle import settle
 from streams.errors import DecodeError, HookstreamError
+from streams.lanes.delivery import attempt
+from streams.lanes.flow import Ended, FlowControl
+from streams.lanes.outbox import Outbox
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,8 @@ from streams.adapters.kafka_clients import make_producer
 from streams.adapters.registry import SubscriptionRegistry
 from streams.adapters.runtime_config import RuntimeConfig
 from streams.adapters.ssrf import guarded_transport
-from streams.agents.dispatcher import Dispatcher
-from streams.agents.router import Router
+from streams.lanes.dispatcher import Dispatcher
+from streams.lanes.router import Router
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
