@@ -21,6 +21,7 @@ from typing import Any, cast
 from confluent_kafka import Message
 
 from streams.adapters import codec
+from streams.adapters.ingest import encode_json_event
 from streams.adapters.registry import SubscriptionRegistry
 from streams.domain.models import Event, Secret, Subscription
 from streams.domain.signing import generate_secret
@@ -82,7 +83,7 @@ def _messages(count: int) -> list[Message]:
                 partition=0,
                 offset=n,
                 key=TENANT.encode(),
-                value=codec.encode_json_event(event),
+                value=encode_json_event(event),
                 headers=[("content-type", b"application/json")],
             )
         )

@@ -25,6 +25,7 @@ from bench.nginx import Nginx, free_port
 from bench.report import percentile
 from bench.worker import Worker
 from streams.adapters import codec
+from streams.adapters.ingest import encode_json_event
 from streams.adapters.kafka_admin import TopicAdmin, apply_topics, delete_topics
 from streams.adapters.kafka_clients import make_producer
 from streams.domain.idempotency import delivery_id
@@ -214,7 +215,7 @@ def produce_event(producer: Producer, topic: str, event: Event) -> None:
 
 
 def _json(event: Event) -> bytes:
-    return codec.encode_json_event(event)
+    return encode_json_event(event)
 
 
 def _produce(producer: Producer, topic: str, key: str, value: bytes, json: bool = False) -> None:

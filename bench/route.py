@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from bench.rig import EVENT_TYPE, TENANT, make_event
 from streams.adapters import codec
+from streams.adapters.ingest import encode_json_event
 from streams.adapters.kafka_clients import make_producer
 from streams.adapters.registry import SubscriptionRegistry
 from streams.domain.models import Secret, Subscription
@@ -40,7 +41,7 @@ def _messages(count: int) -> list[Message]:
             partition=0,
             offset=n,
             key=TENANT.encode(),
-            value=codec.encode_json_event(make_event("routebench", n)),
+            value=encode_json_event(make_event("routebench", n)),
             headers=json_header,
         )
         for n in range(count)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from streams.adapters import codec
+from streams.adapters.ingest import decode_ingest_event
 from streams.adapters.kafka_clients import header
 from streams.adapters.topic_reader import scan
 from streams.domain.filters import matches
@@ -106,7 +107,7 @@ def read_recorded(settings: Settings, timeout_s: float = 300.0) -> Recorded:
     for msg in scan(settings, settings.topic("events"), timeout_s):
         try:
             value = msg.value() or b""
-            event = codec.decode_ingest_event(value, header(msg, "content-type"), now_ms)
+            event = decode_ingest_event(value, header(msg, "content-type"), now_ms)
         except DecodeError:
             continue
         on_events.add(event.id)

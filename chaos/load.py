@@ -19,7 +19,7 @@ from confluent_kafka import KafkaError, Message
 
 from chaos.cluster import Cluster
 from chaos.farm import ReceiverFarm
-from streams.adapters import codec
+from streams.adapters.ingest import encode_json_event
 from streams.adapters.kafka_clients import make_producer, produce
 from streams.domain.filters import matches
 from streams.domain.models import Event
@@ -121,7 +121,7 @@ class Publisher:
     def _send(self, event: Event) -> None:
         with self._lock:
             self._pending[event.id] = event
-        value = codec.encode_json_event(event)
+        value = encode_json_event(event)
         produce(
             self._producer,
             self._topic,

@@ -24,24 +24,25 @@ import asyncio
 import gc
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import faust
 import uvloop
-from faust.tables.manager import TableManager
 
 from streams.adapters import agent_fetch
+from streams.adapters.gc_pauses import watch_gc_pauses
 from streams.adapters.kafka_admin import TopicAdmin
 from streams.adapters.lag import lag_component
+from streams.adapters.readiness import readiness
 from streams.agents.analytics import analytics_component
 from streams.agents.health import health_component
 from streams.agents.notifier import notifier_component
 from streams.api import api_component
+from streams.api.metrics_page import metrics_component
 from streams.domain.topology import TopicSpec
 from streams.lanes.backfill import backfill_component
 from streams.lanes.pipeline import pipeline_component
 from streams.logging import configure_logging
-from streams.metrics import metrics_component, watch_gc_pauses
 from streams.settings import Settings
 
 #: Registers a part of the product on the app: agents, tables, tasks, services or web views.
@@ -110,39 +111,6 @@ def _table_classes(settings: Settings) -> dict[str, Any]:
         name: _sized_table_class(getattr(faust, name), defaults)
         for name in ("Table", "GlobalTable", "SetTable", "SetGlobalTable")
     }
-
-
-def readiness(app: faust.App) -> dict[str, bool]:
-    """Why this worker is or is not ready to do its share of the work (``/readyz``).
-
-    Ready means: the worker has joined its consumer group and taken its assignment, no rebalance
-    is in progress, and every table it holds has been recovered from its changelog. An empty
-    assignment still counts as ready (reported as ``assigned: false``): with more workers than
-    partitions the extra ones are idle but still serve the admin API (SPEC X4). An app with
-    nothing to consume (``producer_only``) is ready as soon as it serves.
-    """
-    if app.producer_only:
-        return {
-            "joined": False,
-            "assigned": False,
-            "rebalancing": False,
-            "recovering": False,
-            "ready": True,
-        }
-    manager = cast(TableManager, app.tables)  # the interface type omits `recovery`
-    joined = manager.recovery.completed.is_set()
-    state = {
-        "joined": joined,
-        "assigned": bool(app.consumer.assignment()) if joined else False,
-        "rebalancing": bool(app.rebalancing),
-        "recovering": bool(app.in_recovery),
-    }
-    pipeline = getattr(app, "hookstream_pipeline", None)
-    state["lanes"] = pipeline is None or pipeline.registry.ready.is_set()
-    state["ready"] = (
-        joined and not state["rebalancing"] and not state["recovering"] and state["lanes"]
-    )
-    return state
 
 
 def register_probes(app: faust.App, settings: Settings) -> None:

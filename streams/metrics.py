@@ -1,7 +1,8 @@
 """Every Prometheus metric hookstream exports (SPEC O1), and the helpers the lanes call.
 
-All metrics live in one module registry, `REGISTRY`, served at ``GET /metrics`` on every worker
-by `metrics_component`. Names start with ``hookstream_``; docs/observability.md describes each.
+All metrics live in one module registry, `REGISTRY`, served at ``GET /metrics`` on every
+worker by `streams.api.metrics_page`. Names start with ``hookstream_``; docs/observability.md
+describes each.
 
 Label values are bounded by construction, so one noisy tenant cannot blow up the time-series
 count of a Prometheus server:
@@ -19,35 +20,24 @@ pre-bound label children in a dict: one dict lookup and one lock-protected add p
 
 from __future__ import annotations
 
-import gc
 import platform
 import re
-import time
 from collections.abc import Iterable, Mapping
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     Info,
-    Metric,
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.registry import Collector
-
-from streams.settings import Settings
-
-if TYPE_CHECKING:
-    import faust
 
 # ``*_created`` series double the series count and no hookstream query or alert uses them.
 disable_created_metrics()  # type: ignore[no-untyped-call]  # the library leaves it unannotated
@@ -428,80 +418,6 @@ def set_readiness(state: Mapping[str, bool]) -> None:
         WORKER_READINESS.labels(check).set(1 if state.get(check) else 0)
 
 
-# --- consumer lag (set by streams.adapters.lag's exporter) ---------------------------------------
-
-
-class _LagCollector(Collector):
-    """Serves the last lag snapshot as a whole, so a scrape never sees half of an update and
-    partitions or groups that went away disappear with the next snapshot."""
-
-    def __init__(self) -> None:
-        self._families: list[Metric] = []
-
-    def publish(
-        self,
-        partitions: Iterable[tuple[str, str, int, int]],
-        ages: Iterable[tuple[str, str, float]],
-        tiers: Iterable[tuple[str, str, float]],
-        taken_at: float,
-    ) -> None:
-        lag = GaugeMetricFamily(
-            "hookstream_consumer_lag",
-            "Records not yet committed by a hookstream consumer group, per partition.",
-            labels=["group", "topic", "partition"],
-        )
-        for group, topic, partition, records in partitions:
-            lag.add_metric([group, topic, str(partition)], records)
-        age = GaugeMetricFamily(
-            "hookstream_consumer_lag_seconds",
-            "Age of the oldest record a group has not committed yet, per topic (0 when none).",
-            labels=["group", "topic"],
-        )
-        for group, topic, seconds in ages:
-            age.add_metric([group, topic], seconds)
-        delay = GaugeMetricFamily(
-            "hookstream_retry_tier_delay_seconds",
-            "The configured delay of each retry tier topic.",
-            labels=["topic", "tier"],
-        )
-        for topic, tier, seconds in tiers:
-            delay.add_metric([topic, tier], seconds)
-        updated = GaugeMetricFamily(
-            "hookstream_consumer_lag_updated_timestamp_seconds",
-            "Unix time of the last successful consumer-lag measurement.",
-            value=taken_at,
-        )
-        self._families = [lag, age, delay, updated]
-
-    def collect(self) -> Iterable[Metric]:
-        return list(self._families)
-
-
-LAG = _LagCollector()
-REGISTRY.register(LAG)
-LAG_ERRORS = Counter(
-    "hookstream_consumer_lag_errors",
-    "Consumer-lag measurements that failed (the last good snapshot stays exported).",
-    registry=REGISTRY,
-)
-
-
-def publish_lag(
-    partitions: Iterable[tuple[str, str, int, int]],
-    ages: Iterable[tuple[str, str, float]],
-    tiers: Iterable[tuple[str, str, float]],
-    taken_at: float,
-) -> None:
-    """Replace the exported lag: (group, topic, partition, records) rows, (group, topic, age in
-    seconds) rows, the retry tiers as (topic, tier, delay) and the measurement's unix time."""
-    LAG.publish(partitions, ages, tiers, taken_at)
-
-
-def record_lag_error() -> None:
-    """A lag measurement failed."""
-    LAG_ERRORS.inc()
-
-
 def _initialise() -> None:
     """Create the fixed label sets at zero, so rate() and dashboards see them from the start."""
     for outcome in OUTCOMES:
@@ -526,46 +442,6 @@ def _initialise() -> None:
 _initialise()
 
 
-class _GCPauseTimer:
-    """A `gc.callbacks` entry that times each collection into `GC_PAUSES`."""
-
-    def __init__(self) -> None:
-        self._began = 0.0
-        self._children = {gen: GC_PAUSES.labels(str(gen)) for gen in range(3)}
-
-    def __call__(self, phase: str, info: Mapping[str, int]) -> None:
-        if phase == "start":
-            self._began = time.perf_counter()
-            return
-        child = self._children.get(info.get("generation", -1))
-        if child is not None:
-            child.observe(time.perf_counter() - self._began)
-
-
-def watch_gc_pauses() -> None:
-    """Time every collection of this process into ``hookstream_gc_pause_seconds``. Idempotent."""
-    if not any(isinstance(callback, _GCPauseTimer) for callback in gc.callbacks):
-        gc.callbacks.append(_GCPauseTimer())
-
-
-# --- exposition -------------------------------------------------------------------------------
-
-
 def render() -> bytes:
     """Every metric in the Prometheus text exposition format."""
     return generate_latest(REGISTRY)
-
-
-def metrics_component(app: faust.App, settings: Settings) -> None:
-    """Faust component: ``GET /metrics`` on the worker's web server (SPEC O1)."""
-    del settings  # the exposition needs no settings; the parameter keeps the component signature
-    from streams.app import readiness  # imported late: streams.app imports the components
-
-    @app.page("/metrics")
-    async def metrics(web: Any, request: Any) -> Any:
-        set_readiness(readiness(app))
-        # aiohttp takes the charset apart from the media type; the text is UTF-8 as Prometheus
-        # expects of the text exposition format.
-        media_type = CONTENT_TYPE_LATEST.split(";")[0]
-        version = [p.strip() for p in CONTENT_TYPE_LATEST.split(";") if "version" in p]
-        return web.bytes(render(), content_type="; ".join([media_type, *version]))

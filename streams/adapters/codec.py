@@ -549,15 +549,3 @@ def encode_delivery(delivery: Delivery, event_body: bytes | None = None) -> byte
 def decode(cls: type[R], data: bytes) -> R:
     """Decode one ``cls`` record from its topic. Raises only `DecodeError` for bad bytes."""
     return default_codec().decode(cls, data)
-
-
-# Ingest decoding lives in its own module; these names stay importable from here.
-from streams.adapters.ingest import (  # noqa: E402
-    DEFAULT_MAX_EVENT_BYTES as DEFAULT_MAX_EVENT_BYTES,
-)
-from streams.adapters.ingest import (  # noqa: E402
-    decode_ingest_event as decode_ingest_event,
-)
-from streams.adapters.ingest import (  # noqa: E402
-    encode_json_event as encode_json_event,
-)

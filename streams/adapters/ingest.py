@@ -4,7 +4,7 @@ Producers may publish an `Event` with Avro single-object encoding (see `streams.
 or as a JSON document with a content-type header. Either way the event is validated and
 normalised here; anything else is refused with a `DecodeError` whose reason is the DLQ reason
 code: ``invalid_json``, ``invalid_event``, ``oversize``, ``unsupported_content_type``, or one of
-the Avro reasons of the codec. `streams.adapters.codec` re-exports the public names.
+the Avro reasons of the codec.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 import orjson
 
+from streams.adapters import codec
 from streams.domain.models import Event
 from streams.errors import DecodeError
 
@@ -171,8 +172,3 @@ def encode_json_event(event: Event) -> bytes:
             "published_at": event.published_at,
         }
     )
-
-
-# The codec re-exports this module's names, so this import comes last: whichever of the two
-# modules is imported first, every name the other one asks for exists by then.
-from streams.adapters import codec  # noqa: E402

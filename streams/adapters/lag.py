@@ -43,7 +43,7 @@ from confluent_kafka import (
 # confluent-kafka re-exports these from private modules without listing them in __all__
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from streams import metrics
+from streams.adapters import lag_metrics
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import KafkaIOError
 from streams.domain.durations import format_duration
@@ -310,7 +310,7 @@ class LagExporter:
     def export_once(self) -> LagReport:
         """One blocking measurement, published to `streams.metrics`."""
         report = self._reader.measure()
-        metrics.publish_lag(
+        lag_metrics.publish_lag(
             [(p.group, p.topic, p.partition, p.lag) for p in report.partitions],
             [(t.group, t.topic, t.age_s) for t in report.topics() if t.age_s is not None],
             self._tiers,
@@ -326,7 +326,7 @@ class LagExporter:
             try:
                 await loop.run_in_executor(None, self.export_once)
             except Exception as exc:  # the worker must keep delivering without lag metrics
-                metrics.record_lag_error()
+                lag_metrics.record_lag_error()
                 log.warning("consumer lag measurement failed: %s", exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.interval_s)

@@ -7,7 +7,8 @@ import asyncio
 import click
 
 from streams.cli.common import echo_json
-from streams.demo.run import Summary, run_demo, run_recovery
+from streams.demo.recovery import run_recovery
+from streams.demo.run import Summary, run_demo
 
 
 @click.command()

@@ -25,12 +25,14 @@ from collections.abc import Callable
 import orjson
 
 from streams.adapters.kafka_admin import apply_topics, delete_topics, load_topology
+from streams.adapters.local_kafka import LocalKafka
 from streams.adapters.registry import SubscriptionRegistry
 from streams.adapters.ssrf import guarded_transport
 from streams.demo.receivers import DemoReceivers
 from streams.demo.run import DEMO_POLICY, start_worker
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import Event, SubscriptionStatus
+from streams.errors import HookstreamError
 from streams.lanes.backfill import BackfillRunner
 from streams.services import recovery
 from streams.services.config import set_policy
@@ -146,6 +148,15 @@ async def run_scenario(settings: Settings, say: Callable[[str], None]) -> bool:
 def main() -> None:
     ok = asyncio.run(run_scenario(scenario_settings(), print))
     sys.exit(0 if ok else 1)
+
+
+def run_recovery(say: Callable[[str], None]) -> None:
+    """The recovery scenario (R1, R2) on the local broker, which it starts if needed."""
+    settings = scenario_settings()
+    started = LocalKafka(settings, say=say).start()
+    say(f"kafka ready at {started.bootstrap} ({started.seconds:.1f}s)")
+    if not asyncio.run(run_scenario(settings, say)):
+        raise HookstreamError("the recovery scenario did not complete; see the lines above")
 
 
 if __name__ == "__main__":

@@ -342,14 +342,3 @@ async def run_demo(per_type: int, say: Callable[[str], None], keep_running: bool
         if not keep_running and not started.already_running:
             kafka.stop()
             say("kafka stopped (pass --keep-kafka to leave it running)")
-
-
-def run_recovery(say: Callable[[str], None]) -> None:
-    """The recovery scenario (R1, R2) on the local broker, which it starts if needed."""
-    from streams.demo.recovery import run_scenario, scenario_settings
-
-    settings = scenario_settings()
-    started = LocalKafka(settings, say=say).start()
-    say(f"kafka ready at {started.bootstrap} ({started.seconds:.1f}s)")
-    if not asyncio.run(run_scenario(settings, say)):
-        raise HookstreamError("the recovery scenario did not complete; see the lines above")

@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from streams import metrics
 from streams.adapters import codec
+from streams.adapters.ingest import decode_ingest_event
 from streams.adapters.kafka_clients import (
     AsyncCommitter,
     BatchAcks,
@@ -72,7 +73,7 @@ class Router:
         now_ms = int(self._clock() * 1000)
         value = msg.value() or b""
         try:
-            event = codec.decode_ingest_event(
+            event = decode_ingest_event(
                 value,
                 header(msg, "content-type"),
                 now_ms,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from streams.adapters import codec
+from streams.adapters.ingest import encode_json_event
 from streams.adapters.kafka_clients import ProduceTracker, make_producer, produce
 from streams.domain.models import Event
 from streams.errors import HookstreamError
@@ -27,7 +28,7 @@ def publish_events(settings: Settings, events: Iterable[Event], *, avro: bool = 
                 producer,
                 topic,
                 event.tenant_id,
-                codec.encode_json_event(event),
+                encode_json_event(event),
                 headers=JSON_HEADERS,
             )
         count += 1

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import orjson
 from confluent_kafka import Producer
 
-from streams.adapters import codec
+from streams.adapters.ingest import decode_ingest_event, encode_json_event
 from streams.adapters.kafka_clients import ProduceTracker, flush, produce
 from streams.domain.models import Event
 from streams.domain.ratelimit import TokenBucket
@@ -88,9 +88,7 @@ def parse_events(
             raise ValidationError({f"{where}.tenant_id": "must be the key's own tenant"})
         raw = orjson.dumps(item)
         try:
-            events.append(
-                codec.decode_ingest_event(raw, "application/json", now_ms, max_bytes=limit)
-            )
+            events.append(decode_ingest_event(raw, "application/json", now_ms, max_bytes=limit))
         except DecodeError as exc:
             if exc.reason == "oversize":
                 raise PayloadTooLargeError(f"{where} is larger than {limit} bytes") from exc
@@ -107,7 +105,7 @@ async def publish(settings: Settings, producer: Producer, events: list[Event]) -
             producer,
             topic,
             event.tenant_id,
-            codec.encode_json_event(event),
+            encode_json_event(event),
             headers=JSON_HEADERS,
             on_delivery=acks,
         )

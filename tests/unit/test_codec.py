@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.adapters import codec
+from streams.adapters.ingest import DEFAULT_MAX_EVENT_BYTES, decode_ingest_event, encode_json_event
 from streams.domain.models import (
     AnalyticsDigest,
     Attempt,
@@ -531,19 +532,19 @@ def json_event(**changes: Any) -> dict[str, Any]:
 
 
 def ingest(doc: Any, content_type: str | None = JSON, **kwargs: Any) -> Event:
-    return codec.decode_ingest_event(orjson.dumps(doc), content_type, NOW + 7, **kwargs)
+    return decode_ingest_event(orjson.dumps(doc), content_type, NOW + 7, **kwargs)
 
 
 def refused(value: bytes, content_type: str | None = JSON, **kwargs: Any) -> DecodeError:
     with pytest.raises(DecodeError) as info:
-        codec.decode_ingest_event(value, content_type, NOW, **kwargs)
+        decode_ingest_event(value, content_type, NOW, **kwargs)
     return info.value
 
 
 def test_q2_json_event_is_normalised() -> None:
     raw = b'{"id":"evt_1", "tenant_id":"acme", "type":"invoice.paid", "timestamp":5,\n'
     raw += b' "data": { "b" : [1, 2],  "a": null }, "extra": "ignored"}'
-    event = codec.decode_ingest_event(raw, JSON, NOW)
+    event = decode_ingest_event(raw, JSON, NOW)
     assert event == Event("evt_1", "acme", "invoice.paid", 5, '{"b":[1,2],"a":null}', NOW)
 
 
@@ -562,10 +563,10 @@ def test_q2_published_at_defaults_to_ingest_time() -> None:
 @pytest.mark.parametrize("content_type", [None, "avro/binary", "application/avro"])
 def test_q2_avro_event_is_accepted(content_type: str | None) -> None:
     event = sample_event(data_json='{ "amount" : 5 }')
-    decoded = codec.decode_ingest_event(codec.encode(event), content_type, NOW)
+    decoded = decode_ingest_event(codec.encode(event), content_type, NOW)
     assert decoded == sample_event(data_json='{"amount":5}')
     unknown_time = codec.encode(sample_event(published_at=0))
-    assert codec.decode_ingest_event(unknown_time, None, NOW + 9).published_at == NOW + 9
+    assert decode_ingest_event(unknown_time, None, NOW + 9).published_at == NOW + 9
 
 
 def test_q2_unsupported_content_type_is_refused() -> None:
@@ -661,11 +662,11 @@ def test_q5_iso_timestamps_parse_to_exact_milliseconds(moment: datetime) -> None
 
 def test_f6_oversize_is_refused_for_json_and_avro() -> None:
     doc = orjson.dumps(json_event())
-    assert codec.decode_ingest_event(doc, JSON, NOW, max_bytes=len(doc)).id == "evt_1"
+    assert decode_ingest_event(doc, JSON, NOW, max_bytes=len(doc)).id == "evt_1"
     assert refused(doc, max_bytes=len(doc) - 1).reason == "oversize"
     avro = codec.encode(sample_event())
     assert refused(avro, None, max_bytes=len(avro) - 1).reason == "oversize"
-    big = orjson.dumps(json_event(data={"blob": "x" * codec.DEFAULT_MAX_EVENT_BYTES}))
+    big = orjson.dumps(json_event(data={"blob": "x" * DEFAULT_MAX_EVENT_BYTES}))
     assert refused(big).reason == "oversize"
 
 
@@ -697,11 +698,11 @@ def test_q5_json_event_round_trip(
     event_id: str, tenant: str, kind: str, at: int, data: dict[str, Any], published: int
 ) -> None:
     event = Event(event_id, tenant, kind, at, orjson.dumps(data).decode(), published)
-    wire = codec.encode_json_event(event)
+    wire = encode_json_event(event)
     assert orjson.loads(wire)["data"] == orjson.loads(event.data_json)
-    assert codec.decode_ingest_event(wire, JSON, NOW) == event
-    assert codec.decode_ingest_event(wire, None, NOW) == event
-    assert codec.decode_ingest_event(codec.encode(event), None, NOW) == event
+    assert decode_ingest_event(wire, JSON, NOW) == event
+    assert decode_ingest_event(wire, None, NOW) == event
+    assert decode_ingest_event(codec.encode(event), None, NOW) == event
 
 
 FIELDS = ["id", "tenant_id", "type", "timestamp", "data", "published_at", "other"]
@@ -717,7 +718,7 @@ def test_q5_arbitrary_input_is_an_event_or_a_decode_error(
     content_type: str | None, value: bytes
 ) -> None:
     try:
-        event = codec.decode_ingest_event(value, content_type, NOW, max_bytes=256)
+        event = decode_ingest_event(value, content_type, NOW, max_bytes=256)
     except DecodeError as exc:
         assert exc.reason
         return

@@ -9,6 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from streams import metrics
+from streams.adapters import gc_pauses, lag_metrics
 from streams.adapters.lag import LagReport, PartitionLag, hookstream_groups
 from streams.metrics import REGISTRY
 
@@ -97,7 +98,7 @@ def test_h7_breaker_gauge_covers_every_state() -> None:
 
 
 def test_o1_lag_snapshot_replaces_the_previous_one() -> None:
-    metrics.publish_lag(
+    lag_metrics.publish_lag(
         [("g-dispatch", "p.routed", 0, 7), ("g-dispatch", "p.routed", 1, 0)],
         [("g-dispatch", "p.routed", 4.5)],
         [("p.retry.1m", "1m", 60.0)],
@@ -107,7 +108,7 @@ def test_o1_lag_snapshot_replaces_the_previous_one() -> None:
     assert REGISTRY.get_sample_value("hookstream_consumer_lag", lag) == 7
     assert value("hookstream_consumer_lag_seconds", group="g-dispatch", topic="p.routed") == 4.5
     assert value("hookstream_retry_tier_delay_seconds", topic="p.retry.1m", tier="1m") == 60
-    metrics.publish_lag([("g-router", "p.events", 0, 1)], [], [], 1001.0)
+    lag_metrics.publish_lag([("g-router", "p.events", 0, 1)], [], [], 1001.0)
     assert REGISTRY.get_sample_value("hookstream_consumer_lag", lag) is None
     assert value("hookstream_consumer_lag_updated_timestamp_seconds") == 1001.0
 
@@ -161,8 +162,8 @@ def test_o1_every_collector_pass_is_timed_by_generation_once() -> None:
     watch is installed."""
     before = list(gc.callbacks)
     try:
-        metrics.watch_gc_pauses()
-        metrics.watch_gc_pauses()
+        gc_pauses.watch_gc_pauses()
+        gc_pauses.watch_gc_pauses()
         assert len(gc.callbacks) - len(before) <= 1  # none if an earlier test installed it
         full = value("hookstream_gc_pause_seconds_count", generation="2")
         full_time = value("hookstream_gc_pause_seconds_sum", generation="2")
