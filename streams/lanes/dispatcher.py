@@ -31,6 +31,7 @@ from confluent_kafka import (
 
 from streams import metrics
 from streams.adapters import codec
+from streams.adapters.delivery import attempt
 from streams.adapters.http import Transport
 from streams.adapters.kafka_clients import (
     AsyncCommitter,
@@ -69,7 +70,6 @@ from streams.domain.ratelimit import rate_raised, released_by_raise
 from streams.domain.recovery import breaker_reset_due
 from streams.domain.settle import settle
 from streams.errors import DecodeError, HookstreamError
-from streams.lanes.delivery import attempt
 from streams.lanes.flow import Ended, FlowControl
 from streams.lanes.outbox import Outbox
 from streams.settings import Settings

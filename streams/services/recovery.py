@@ -30,6 +30,7 @@ import orjson
 
 from streams.adapters import codec
 from streams.adapters.control_log import append, read_partition, stored_progress
+from streams.adapters.delivery import attempt
 from streams.adapters.http import Transport
 from streams.adapters.kafka_clients import make_producer, produce
 from streams.adapters.registry import publish_subscription
@@ -51,7 +52,6 @@ from streams.domain.pacing import effective_rate
 from streams.domain.recovery import Claim, ControlKind, Job, JobKind, Progress
 from streams.domain.settle import settle
 from streams.errors import ConflictError, HookstreamError
-from streams.lanes.delivery import attempt
 from streams.services.subscriptions import SubscriptionSource, get_subscription, public_view
 from streams.settings import Settings
 

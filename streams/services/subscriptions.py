@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from streams.adapters.delivery import attempt
 from streams.adapters.http import Transport
 from streams.adapters.kafka_clients import ProduceTracker, make_producer
 from streams.adapters.registry import (
@@ -44,7 +45,6 @@ from streams.domain.validation import (
     validate_subscription,
 )
 from streams.errors import ConflictError, HookstreamError, NotFoundError, ValidationError
-from streams.lanes.delivery import attempt
 from streams.settings import Settings
 
 Clock = Callable[[], float]
