@@ -37,9 +37,15 @@ check: install ## Lint, format check and mypy --strict
 	$(BIN)/ruff check streams tests bench chaos
 	$(BIN)/ruff format --check streams tests bench chaos
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
-test: install kafka ## Run every test against the real local Kafka
-	$(BIN)/pytest
+test: install ## Run every test against the real local Kafka (started, then stopped, if none answers)
+	@if $(BIN)/hookstream kafka status | grep -q '^metadata answers: yes'; then \
+		$(BIN)/pytest; \
+	else \
+		$(BIN)/hookstream kafka start && { $(BIN)/pytest; rc=$$?; \
+		echo "stopping the Kafka that make test started"; $(BIN)/hookstream kafka stop; exit $$rc; }; \
+	fi
 
 test-unit: install ## Run the unit tests only (no broker)
 	$(BIN)/pytest tests/unit

@@ -35,7 +35,7 @@ def show_settings(markdown: bool, as_json: bool) -> None:
 @config.command(name="get")
 @json_option
 def get_(as_json: bool) -> None:
-    """Print the suspension policy in force (H2)."""
+    """Print the suspension policy: how many failures, over how long, suspend a subscription."""
     policy = policy_to_dict(service.get_policy(load_settings()))
     if as_json:
         echo_json(policy)

@@ -55,7 +55,7 @@ def _print_summary(summary: Summary) -> None:
     click.echo(f"  HTTP attempts made          {summary.attempts}")
     click.echo(f"  delivered after retries     {summary.retried_then_delivered}")
     for reason, count in sorted(summary.dead_lettered.items()):
-        click.echo(f"  dead-lettered ({reason:<9})   {count}")
+        click.echo(f"  {'dead-lettered, ' + reason:<28}{count}")
     click.echo(f"  signatures verified         {summary.verified}")
     click.echo(f"  bad signatures              {summary.bad_signatures}")
     for sub_id, reason in summary.suspended.items():

@@ -11,7 +11,7 @@ from streams.services import ledger
 
 @click.group()
 def deliveries() -> None:
-    """Query the delivery ledger (D7)."""
+    """Look up deliveries and their attempts: state, status, error, retries."""
 
 
 @deliveries.command()
@@ -61,7 +61,7 @@ def list_(subscription_id: str | None, state: str | None, as_json: bool) -> None
 
 @click.group()
 def dlq() -> None:
-    """Dead letters (D8)."""
+    """List and replay dead letters: deliveries that failed for good."""
 
 
 @dlq.command(name="list")

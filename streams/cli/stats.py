@@ -126,7 +126,7 @@ def stats(
     from_ledger: bool,
     as_json: bool,
 ) -> None:
-    """Latency percentiles, success rates, failing types and retry health (O2).
+    """Latency percentiles, success rates, failing event types and retry health.
 
     Asks a worker, which reads the analytics tables of whichever worker holds each
     subscription. When no worker answers (or none is running), folds the attempt ledger from

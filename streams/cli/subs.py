@@ -231,7 +231,7 @@ def test_(subscription_id: str, as_json: bool) -> None:
 )
 @json_option
 def reenable(subscription_id: str, rate: float | None, as_json: bool) -> None:
-    """Re-enable a suspended subscription behind a probe, then backfill what it missed (R1)."""
+    """Re-enable a suspended subscription behind a probe, then backfill what it missed."""
     config = settings()
 
     async def run() -> recovery.ReenableResult:

@@ -289,6 +289,12 @@ async def run_demo(per_type: int, say: Callable[[str], None], keep_running: bool
     notices = await receivers.add("notices", "notices")
     await asyncio.to_thread(set_policy, settings, DEMO_POLICY)
     say("suspension policy: " + " ".join(f"{k}={v}" for k, v in DEMO_POLICY.items()))
+    say(
+        f"demo settings, shortened so it ends in seconds: retries after "
+        f"{DEMO_OVERRIDES['retry_schedule']} (the default is 1m,5m,30m,2h), the breaker off; "
+        "the 404 endpoint is suspended after 5 failed deliveries with no minimum age "
+        "(the default asks for 1 hour)"
+    )
     for name, (_, pattern, _) in ENDPOINTS.items():
         data = {
             "tenant_id": "demo",
