@@ -61,14 +61,8 @@ from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import partition_of
 from streams.api.auth import authenticate
 from streams.api.errors import UnauthorizedError, UnavailableError
-from streams.domain.analytics import (
-    Position,
-    SubscriptionData,
-    Tally,
-    counts_as_delivery,
-    fold_into,
-    read_stored,
-)
+from streams.domain.analytics import SubscriptionData, Tally, fold_into, read_stored
+from streams.domain.analytics_window import Position, counts_as_delivery
 from streams.domain.models import AnalyticsDigest, Attempt, AttemptDigest
 from streams.errors import DecodeError
 from streams.settings import Settings

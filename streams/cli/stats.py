@@ -16,8 +16,8 @@ from urllib.parse import quote
 import click
 
 from streams.cli.common import echo_json, json_option, settings
-from streams.domain.analytics import SPANS
 from streams.domain.analytics_report import Percentiles, Stats, stats_from_dict
+from streams.domain.analytics_window import SPANS
 from streams.services import stats as service
 from streams.services.subscriptions import get_subscription, list_subscriptions, load_registry
 from streams.settings import Settings

@@ -53,189 +53,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 import orjson
 
-from streams.domain.models import Attempt, DeliveryState, Lane, OutcomeClass
-from streams.domain.sketch import LatencySketch
-from streams.errors import DecodeError
-
-HOUR_MS: Final = 3_600_000
-DAY_MS: Final = 24 * HOUR_MS
-#: How long hourly windows are kept.
-RETENTION_MS: Final = 7 * DAY_MS
-#: Query spans, by name (`--window` and ``?window=``).
-SPANS: Final = {"1h": HOUR_MS, "24h": DAY_MS, "7d": 7 * DAY_MS}
-DEFAULT_SPAN: Final = "24h"
-#: Failing event types counted per window, and how many a report shows.
-TOP_TYPES_KEPT: Final = 16
-TOP_TYPES_SHOWN: Final = 5
-#: Granularity and bounds of the retry backlog.
-DUE_BUCKET_MS: Final = 60_000
-MAX_DUE_BUCKETS: Final = 1_600  # a 24h retry window plus the longest tier, by the minute
-STALE_RETRY_MS: Final = 15 * 60_000
-
-#: Where a record sits on the topic folded (`attempt-digests`, or `attempts` for a scan of the
-#: ledger): (partition, offset).
-Position = tuple[int, int]
-#: The key of a stored value's position: that of the last digest folded into it.
-_POSITION_KEY: Final = "digest_position"
-
-_NOT_DELIVERIES: Final = frozenset({Lane.PROBE, Lane.TEST})
-_LIVE_LANES: Final = frozenset({Lane.LIVE, Lane.RETRY})
-_TERMINAL_FAILURES: Final = frozenset({DeliveryState.DEAD, DeliveryState.EXHAUSTED})
-_COUNTERS: Final = (
-    "attempts",
-    "successes",
-    "failures",
-    "first_attempts",
-    "first_attempt_successes",
-    "delivered",
-    "failed",
-    "rescued",
-    "terminal_attempts",
-    "time_to_deliver_ms",
+from streams.domain.analytics_window import (
+    DUE_BUCKET_MS,
+    HOUR_MS,
+    MAX_DUE_BUCKETS,
+    POSITION_KEY,
+    RETENTION_MS,
+    STALE_RETRY_MS,
+    Position,
+    WindowAggregate,
+    counts_as_delivery,
+    is_new_position,
+    position_dict,
+    position_of,
+    window_start,
 )
-
-
-def window_start(ms: int) -> int:
-    """The start of the hourly window holding ``ms``."""
-    return ms - ms % HOUR_MS
-
-
-def span_start(span_ms: int, now_ms: int) -> int:
-    """The first window of a query over the last ``span_ms``: every hourly window that overlaps
-    ``[now - span, now]``, so a 1h query covers between 60 and 120 minutes."""
-    return window_start(now_ms - span_ms)
-
-
-def counts_as_delivery(attempt: Attempt) -> bool:
-    return attempt.lane not in _NOT_DELIVERIES
-
-
-def _is_new(last: Position | None, at: Position) -> bool:
-    """Whether the record at ``at`` comes after ``last``, the last one a value holds. A record
-    of another partition is new: the topic was re-partitioned and offsets start over."""
-    return last is None or last[0] != at[0] or at[1] > last[1]
-
-
-def _position_of(data: Any) -> Position | None:
-    found = data.get(_POSITION_KEY)
-    return None if found is None else (int(found[0]), int(found[1]))
-
-
-def _position_dict(position: Position | None) -> list[int] | None:
-    return None if position is None else list(position)
-
-
-def _top_add(table: dict[str, int], key: str, n: int) -> None:
-    """Space-saving: a new key in a full table replaces the smallest, inheriting its count."""
-    if key in table or len(table) < TOP_TYPES_KEPT:
-        table[key] = table.get(key, 0) + n
-        return
-    smallest = min(table, key=lambda k: (table[k], k))
-    floor = table.pop(smallest)
-    table[key] = floor + n
-
-
-@dataclass(slots=True)
-class WindowAggregate:
-    """Everything one subscription's window (or a merge of windows) counts; see the module."""
-
-    start: int
-    attempts: int = 0
-    successes: int = 0
-    failures: int = 0
-    first_attempts: int = 0
-    first_attempt_successes: int = 0
-    delivered: int = 0
-    failed: int = 0
-    rescued: int = 0
-    terminal_attempts: int = 0
-    time_to_deliver_ms: int = 0
-    failed_types: dict[str, int] = field(default_factory=dict)
-    duration: LatencySketch = field(default_factory=LatencySketch)
-    latency: LatencySketch = field(default_factory=LatencySketch)
-    position: Position | None = None  # the last record folded in (None when merged)
-
-    def holds(self, at: Position) -> bool:
-        """Whether the ledger record at ``at`` is already counted here."""
-        return not _is_new(self.position, at)
-
-    def add(self, att: Attempt) -> None:
-        """Fold one attempt in (the caller skips probe and test sends)."""
-        end_ms = att.started_at + att.duration_ms
-        success = att.outcome is OutcomeClass.SUCCESS
-        self.attempts += 1
-        self.duration.add(att.duration_ms)
-        if att.attempt == 1:
-            self.first_attempts += 1
-            self.first_attempt_successes += success
-        if success:
-            self.successes += 1
-            self.delivered += 1
-            self.terminal_attempts += att.attempt
-            self.rescued += att.attempt > 1
-            first = att.first_attempt_at or att.started_at
-            self.time_to_deliver_ms += max(0, round(end_ms - first))
-            if att.lane in _LIVE_LANES and att.published_at > 0:
-                self.latency.add(end_ms - att.published_at)
-            return
-        self.failures += 1
-        _top_add(self.failed_types, att.event_type, 1)
-        if att.state in _TERMINAL_FAILURES:
-            self.failed += 1
-            self.terminal_attempts += att.attempt
-
-    def merge(self, other: WindowAggregate) -> WindowAggregate:
-        """Add ``other`` into this aggregate; returns it. ``start`` becomes the earlier one."""
-        self.start = min(self.start, other.start)
-        for name in _COUNTERS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for key, n in other.failed_types.items():
-            _top_add(self.failed_types, key, n)
-        self.duration.merge(other.duration)
-        self.latency.merge(other.latency)
-        return self
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {name: getattr(self, name) for name in _COUNTERS}
-        out.update(
-            start=self.start,
-            failed_types=dict(self.failed_types),
-            duration=self.duration.to_dict(),
-            latency=self.latency.to_dict(),
-        )
-        out[_POSITION_KEY] = _position_dict(self.position)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Any) -> WindowAggregate:
-        try:
-            agg = cls(
-                start=int(data["start"]),
-                failed_types={str(k): int(v) for k, v in data["failed_types"].items()},
-                duration=LatencySketch.from_dict(data["duration"]),
-                latency=LatencySketch.from_dict(data["latency"]),
-                position=_position_of(data),
-                **{name: int(data[name]) for name in _COUNTERS},
-            )
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-            raise DecodeError("invalid_aggregate", f"not a window aggregate: {exc!r}") from exc
-        return agg
-
-
-def merge_all(windows: Iterable[WindowAggregate], start: int = 0) -> WindowAggregate:
-    """One aggregate of many (copies; the inputs are left as they are)."""
-    total = WindowAggregate(start=start)
-    first = True
-    for window in windows:
-        if first:
-            total.start = window.start
-            first = False
-        total.merge(window)
-    return total
+from streams.domain.models import Attempt, DeliveryState, Lane
+from streams.errors import DecodeError
 
 
 @dataclass(slots=True)
@@ -396,7 +234,7 @@ class SubscriptionIndex:
 
     def holds(self, at: Position) -> bool:
         """Whether the ledger record at ``at`` is already counted here (window set, backlog)."""
-        return not _is_new(self.position, at)
+        return not is_new_position(self.position, at)
 
     def observe(self, att: Attempt) -> tuple[int, list[int]]:
         """Record ``att``: (its window start, windows now past retention to delete)."""
@@ -418,7 +256,7 @@ class SubscriptionIndex:
         return {
             "windows": sorted(self.windows),
             "backlog": self.backlog.to_dict(),
-            _POSITION_KEY: _position_dict(self.position),
+            POSITION_KEY: position_dict(self.position),
         }
 
     @classmethod
@@ -427,7 +265,7 @@ class SubscriptionIndex:
             return cls()
         try:
             windows = {int(w) for w in data["windows"]}
-            position = _position_of(data)
+            position = position_of(data)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise DecodeError("invalid_index", f"not an analytics index: {exc!r}") from exc
         return cls(windows, RetryBacklog.from_dict(data.get("backlog")), position)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from streams.domain.analytics import DAY_MS, TOP_TYPES_SHOWN, WindowAggregate, merge_all
+from streams.domain.analytics_window import DAY_MS, TOP_TYPES_SHOWN, WindowAggregate, merge_all
 from streams.domain.sketch import LatencySketch
 from streams.errors import DecodeError
 

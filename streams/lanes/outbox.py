@@ -36,7 +36,8 @@ from confluent_kafka import Producer
 from streams import metrics
 from streams.adapters import codec
 from streams.adapters.kafka_clients import TP, BatchAcks, flush, partition_of
-from streams.domain.analytics import Tally, counts_as_delivery
+from streams.domain.analytics import Tally
+from streams.domain.analytics_window import counts_as_delivery
 from streams.domain.durations import format_duration
 from streams.domain.models import (
     AnalyticsDigest,

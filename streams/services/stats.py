@@ -26,14 +26,9 @@ import httpx
 
 from streams.adapters import codec
 from streams.adapters.topic_reader import scan
-from streams.domain.analytics import (
-    DEFAULT_SPAN,
-    SPANS,
-    MemoryAnalytics,
-    SubscriptionData,
-    span_start,
-)
+from streams.domain.analytics import MemoryAnalytics, SubscriptionData
 from streams.domain.analytics_report import Stats, summarise
+from streams.domain.analytics_window import DEFAULT_SPAN, SPANS, span_start
 from streams.domain.models import Attempt, Subscription
 from streams.errors import DecodeError, HookstreamError, NotFoundError, ValidationError
 from streams.plain import plain

@@ -9,21 +9,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.domain.analytics import (
+from streams.domain.analytics import RetryBacklog, SubscriptionData, SubscriptionIndex
+from streams.domain.analytics_report import stats_from_dict, summarise
+from streams.domain.analytics_window import (
     DAY_MS,
     HOUR_MS,
     MAX_DUE_BUCKETS,
     RETENTION_MS,
     TOP_TYPES_KEPT,
-    RetryBacklog,
-    SubscriptionData,
-    SubscriptionIndex,
     WindowAggregate,
     counts_as_delivery,
     merge_all,
     span_start,
 )
-from streams.domain.analytics_report import stats_from_dict, summarise
 from streams.domain.models import Attempt, DeliveryState, Lane, OutcomeClass, Subscription
 from streams.errors import DecodeError, ValidationError
 from streams.services import stats

@@ -22,18 +22,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.domain.analytics import (
-    HOUR_MS,
-    RETENTION_MS,
     MemoryAnalytics,
-    Position,
     RetryBacklog,
     SubscriptionData,
     Tally,
-    counts_as_delivery,
     fold_into,
     read_stored,
     window_key,
 )
+from streams.domain.analytics_window import HOUR_MS, RETENTION_MS, Position, counts_as_delivery
 from streams.domain.models import Attempt, DeliveryState, Lane, OutcomeClass
 
 T0 = 1_714_564_800_000  # an hour boundary
