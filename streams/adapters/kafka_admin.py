@@ -27,16 +27,14 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 
-from streams.domain.topology import (
+from streams.domain.topic_plan import (
     ConfigAlter,
     PartitionIncrease,
     Plan,
-    TopicSpec,
     TopicState,
-    Topology,
     diff_topology,
-    parse_topology,
 )
+from streams.domain.topology import TopicSpec, Topology, parse_topology
 from streams.errors import ConfigError, TopicsFileError
 from streams.settings import Settings
 

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from streams.adapters.kafka_admin import execute_plan, load_topology, plan_topics
-from streams.domain.topology import Plan
+from streams.domain.topic_plan import Plan
 from streams.errors import TopicsFileError
 from streams.settings import load_settings
 

@@ -20,7 +20,7 @@ from streams.adapters.kafka_admin import (
 )
 from streams.cli.main import cli
 from streams.cli.worker import require_topics
-from streams.domain.topology import ConfigChange, TopicState
+from streams.domain.topic_plan import ConfigChange, TopicState
 from streams.errors import TopicsFileError
 from streams.settings import Settings
 

@@ -9,14 +9,12 @@ from typing import Any
 import pytest
 import yaml
 
+from streams.domain.topic_plan import ConfigChange, TopicState, diff_topology
 from streams.domain.topology import (
     CO_PARTITIONED,
     REQUIRED_TOPICS,
-    ConfigChange,
-    TopicState,
     Topology,
     build_topology,
-    diff_topology,
     parse_topology,
 )
 from streams.errors import ConfigError, TopicsFileError
