@@ -14,14 +14,13 @@ Decoding bad bytes never raises anything but `DecodeError`, whose ``reason`` is 
 - ``unknown_schema``: the fingerprint is not the expected record's schema;
 - ``invalid_enum``: a status, lane, outcome or state this release does not know;
 - ``invalid_json``, ``invalid_event``, ``oversize``, ``unsupported_content_type``: ingest only
-  (`streams.adapters.ingest`, whose names this module re-exports).
+  (`streams.adapters.ingest`).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -32,6 +31,7 @@ from typing import Any, TypeVar, cast
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import SchemaParseException, fingerprint, to_parsing_canonical_form
 
+from streams.adapters.avro_hand import attempt_body, delivery_body
 from streams.domain.models import (
     AnalyticsDigest,
     Attempt,
@@ -346,99 +346,6 @@ _CONVERTERS: Mapping[type[Any], tuple[Callable[[Any], AvroDict], Callable[[AvroD
 }
 
 
-# ---------------------------------------------------------------------------------------------
-# Avro binary written by hand, for the records written once per delivery: the router's
-# Delivery and the dispatcher's Attempt (fastavro's generic writer takes about 19 µs for an
-# Attempt, docs/benchmarks.md section 20). A record's encoding is its fields' encodings in
-# schema order; a long is a zigzag varint, a double 8 bytes little-endian, a string its UTF-8
-# length then its bytes, a union the branch index then the value.
-
-_ONE_BYTE = [bytes((n,)) for n in range(0x80)]
-
-
-def _long(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)
-    if z < 0x80:
-        return _ONE_BYTE[z]
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def _string(text: str) -> bytes:
-    raw = text.encode()
-    return _long(len(raw)) + raw
-
-
-_DOUBLE = struct.Struct("<d").pack
-_NULL = b"\x00"
-_SECOND_BRANCH = b"\x02"
-
-
-def _optional_long(n: int | None) -> bytes:
-    return _NULL if n is None else _SECOND_BRANCH + _long(n)
-
-
-def _optional_string(text: str | None) -> bytes:
-    return _NULL if text is None else _SECOND_BRANCH + _string(text)
-
-
-# Enum values are few: each one's encoded string, looked up instead of encoded per record.
-_ENUM_STRINGS: dict[StrEnum, bytes] = {}
-
-
-def _enum_string(member: StrEnum) -> bytes:
-    found = _ENUM_STRINGS.get(member)
-    if found is None:
-        found = _ENUM_STRINGS[member] = _string(member.value)
-    return found
-
-
-def _attempt_body(a: Attempt) -> bytes:
-    s = _string
-    return b"".join(
-        (
-            s(a.delivery_id),
-            s(a.subscription_id),
-            s(a.tenant_id),
-            s(a.event_id),
-            s(a.event_type),
-            _long(a.attempt),
-            _enum_string(a.lane),
-            _long(a.started_at),
-            _DOUBLE(a.duration_ms),
-            _enum_string(a.outcome),
-            s(a.reason),
-            _enum_string(a.state),
-            _optional_long(a.http_status),
-            _optional_string(a.error),
-            _optional_string(a.response_excerpt),
-            _optional_long(a.next_retry_at),
-            _long(a.published_at),
-            _optional_long(a.first_attempt_at),
-        )
-    )
-
-
-def _delivery_body(v: Delivery, event_body: bytes) -> bytes:
-    return b"".join(
-        (
-            _string(v.delivery_id),
-            _string(v.subscription_id),
-            _string(v.tenant_id),
-            event_body,
-            _long(v.attempt),
-            _string(v.lane.value),
-            _long(v.routed_at),
-            _optional_long(v.first_attempt_at),
-            _long(v.due_at),
-        )
-    )
-
-
 def _hand_layout_header(cls: type[Any], schema: RecordSchema | None) -> bytes | None:
     """The header for the hand-written layout of ``cls``, or None when ``schema`` is not the
     layout it writes.
@@ -480,12 +387,12 @@ class Codec:
             return self.encode(delivery)
         if event_body is None:
             event_body = self.encode(delivery.event)[HEADER_SIZE:]
-        return header + _delivery_body(delivery, event_body)
+        return header + delivery_body(delivery, event_body)
 
     def encode(self, record: object) -> bytes:
         """The single-object encoding of ``record``, deterministic for equal records."""
         if self._attempt_header is not None and type(record) is Attempt:
-            return self._attempt_header + _attempt_body(record)
+            return self._attempt_header + attempt_body(record)
         return self.encode_generic(record)
 
     def encode_generic(self, record: object) -> bytes:
