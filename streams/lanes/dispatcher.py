@@ -31,10 +31,10 @@ from confluent_kafka import (
 
 from streams import metrics
 from streams.adapters import codec
+from streams.adapters.commits import AsyncCommitter
 from streams.adapters.delivery import attempt
 from streams.adapters.http import Transport
 from streams.adapters.kafka_clients import (
-    AsyncCommitter,
     LaneThread,
     ProduceError,
     commit,

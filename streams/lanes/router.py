@@ -21,9 +21,9 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from streams import metrics
 from streams.adapters import codec
+from streams.adapters.commits import AsyncCommitter
 from streams.adapters.ingest import decode_ingest_event
 from streams.adapters.kafka_clients import (
-    AsyncCommitter,
     BatchAcks,
     LaneThread,
     coordinates,

@@ -13,7 +13,8 @@ from contextlib import contextmanager
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from streams.adapters.kafka_clients import AsyncCommitter, BatchAcks, ProduceError, make_consumer
+from streams.adapters.commits import AsyncCommitter
+from streams.adapters.kafka_clients import BatchAcks, ProduceError, make_consumer
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
