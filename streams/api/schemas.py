@@ -1,38 +1,49 @@
 """JSON Schemas of the admin API's request and response bodies (OpenAPI 3.1 uses JSON Schema).
 
-Request schemas mirror ``streams.domain.validation``: the validator stays the authority and
-answers 422 naming each bad field; these schemas describe the same rules to clients.
+Request schemas are built from the limits in ``streams.domain.validation`` (one source of the
+rules): the validator stays the authority and answers 422 naming each bad field; these schemas
+describe the same rules to clients.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from streams.domain import validation as v
+
 Schema = dict[str, Any]
 
 _STR = {"type": "string"}
 _MS = {"type": ["integer", "null"], "description": "Unix epoch milliseconds."}
-_TENANT = {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,128}$"}
-_URL = {"type": "string", "format": "uri", "maxLength": 2048}
+_TENANT = {"type": "string", "pattern": v.TENANT_PATTERN}
+_URL = {"type": "string", "format": "uri", "minLength": 1, "maxLength": v.MAX_URL}
 _FILTERS = {
     "type": "array",
     "items": {"type": "string"},
-    "maxItems": 100,
+    "maxItems": v.MAX_FILTERS,
     "description": 'Event types or wildcards such as invoice.*; default ["*"].',
 }
 _EMAILS = {"type": "array", "items": {"type": "string", "format": "email"}}
-_HEADERS = {"type": "object", "additionalProperties": {"type": "string", "maxLength": 4096}}
+_HEADERS = {
+    "type": "object",
+    "propertyNames": {"pattern": v.HEADER_NAME_PATTERN},
+    "additionalProperties": {"type": "string", "maxLength": v.MAX_HEADER_VALUE},
+}
 _STATUS = {"type": "string", "enum": ["active", "suspended", "disabled"]}
 
 _EDITABLE: Schema = {
-    "name": {"type": "string", "maxLength": 200},
+    "name": {"type": "string", "maxLength": v.MAX_NAME},
     "url": _URL,
     "filters": _FILTERS,
     "owner_emails": _EMAILS,
-    "notify_url": {"type": ["string", "null"], "format": "uri", "maxLength": 2048},
-    "rate_limit": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 100000},
-    "max_in_flight": {"type": ["integer", "null"], "minimum": 1, "maximum": 10000},
-    "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 30},
+    "notify_url": {"type": ["string", "null"], "format": "uri", "maxLength": v.MAX_URL},
+    "rate_limit": {
+        "type": ["number", "null"],
+        "exclusiveMinimum": 0,
+        "maximum": v.MAX_RATE_LIMIT,
+    },
+    "max_in_flight": {"type": ["integer", "null"], "minimum": 1, "maximum": v.MAX_IN_FLIGHT},
+    "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": v.MAX_TIMEOUT_S},
     "headers": _HEADERS,
 }
 

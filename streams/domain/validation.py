@@ -11,9 +11,20 @@ from urllib.parse import urlsplit
 from streams.domain.filters import validate_filter
 from streams.errors import ValidationError
 
+# The limits of subscription input: the one source of these rules. The admin API's JSON Schemas
+# (streams.api.schemas) are built from them, so the OpenAPI document cannot drift from the
+# validator, which stays the authority and names each bad field.
 MAX_TIMEOUT_S = 30.0
-_TENANT = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
-_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
+MAX_NAME = 200
+MAX_URL = 2048
+MAX_FILTERS = 100
+MAX_HEADER_VALUE = 4096
+MAX_RATE_LIMIT = 100_000
+MAX_IN_FLIGHT = 10_000
+TENANT_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+HEADER_NAME_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$"
+_TENANT = re.compile(TENANT_PATTERN)
+_HEADER_NAME = re.compile(HEADER_NAME_PATTERN)
 _EMAIL = re.compile(r"^[^@\s]{1,64}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
 # Headers hookstream sets itself; a subscription may not override them.
 _RESERVED_HEADERS = frozenset(
@@ -80,8 +91,8 @@ class SubscriptionInput:
 
 
 def _url(value: Any, *, allow_http: bool) -> str:
-    if not isinstance(value, str) or not 0 < len(value) <= 2048:
-        raise ValueError("is required: a URL of at most 2048 characters")
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_URL:
+        raise ValueError(f"is required: a URL of at most {MAX_URL} characters")
     parts = urlsplit(value)
     schemes = {"https", "http"} if allow_http else {"https"}
     if parts.scheme not in schemes:
@@ -102,8 +113,8 @@ def _url(value: Any, *, allow_http: bool) -> str:
 def _filters(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise ValueError("must be a list of event-type patterns")
-    if len(value) > 100:
-        raise ValueError("at most 100 filters")
+    if len(value) > MAX_FILTERS:
+        raise ValueError(f"at most {MAX_FILTERS} filters")
     return tuple(validate_filter(v) for v in value)
 
 
@@ -125,7 +136,7 @@ def _headers(value: Any) -> tuple[tuple[str, str], ...]:
             raise ValueError(f"invalid header name {name!r}")
         if name.lower() in _RESERVED_HEADERS:
             raise ValueError(f"header {name!r} is set by hookstream")
-        if not isinstance(val, str) or "\r" in val or "\n" in val or len(val) > 4096:
+        if not isinstance(val, str) or "\r" in val or "\n" in val or len(val) > MAX_HEADER_VALUE:
             raise ValueError(f"invalid value for header {name!r}")
         out.append((name, val))
     return tuple(out)
@@ -158,8 +169,8 @@ def validate_subscription(
     if not (isinstance(tenant, str) and _TENANT.match(tenant)):
         errors["tenant_id"] = "is required: 1-128 characters of A-Z a-z 0-9 . _ -"
     name = data.get("name", "")
-    if not isinstance(name, str) or len(name) > 200:
-        errors["name"] = "must be a string of at most 200 characters"
+    if not isinstance(name, str) or len(name) > MAX_NAME:
+        errors["name"] = f"must be a string of at most {MAX_NAME} characters"
     url: str = _check(errors, "url", _url, data.get("url"), allow_http=allow_http) or ""
     notify = data.get("notify_url")
     if notify is not None:
@@ -177,10 +188,12 @@ def validate_subscription(
     )
     rate = data.get("rate_limit")
     if rate is not None:
-        rate = _check(errors, "rate_limit", _positive, rate, integer=False, upper=100000)
+        rate = _check(errors, "rate_limit", _positive, rate, integer=False, upper=MAX_RATE_LIMIT)
     in_flight = data.get("max_in_flight")
     if in_flight is not None:
-        in_flight = _check(errors, "max_in_flight", _positive, in_flight, integer=True, upper=10000)
+        in_flight = _check(
+            errors, "max_in_flight", _positive, in_flight, integer=True, upper=MAX_IN_FLIGHT
+        )
     if errors:
         raise ValidationError(errors)
     return SubscriptionInput(
