@@ -347,11 +347,11 @@ _CONVERTERS: Mapping[type[Any], tuple[Callable[[Any], AvroDict], Callable[[AvroD
 
 
 # ---------------------------------------------------------------------------------------------
-# Avro binary written by hand, for the records written once per delivery: the router's
-# Delivery and the dispatcher's Attempt (fastavro's generic writer takes about 19 µs for an
-# Attempt, docs/benchmarks.md section 20). A record's encoding is its fields' encodings in
-# schema order; a long is a zigzag varint, a double 8 bytes little-endian, a string its UTF-8
-# length then its bytes, a union the branch index then the value.
+# Avro binary written by hand, for the records written once per delivery: the router's Delivery
+# and the dispatcher's Attempt (fastavro's generic writer takes about 19 µs for an Attempt,
+# docs/benchmarks.md, "Hand-written Attempt encoder"). A record's encoding is its fields'
+# encodings in schema order; a long is a zigzag varint, a double 8 bytes little-endian, a string
+# its UTF-8 length then its bytes, a union the branch index then the value.
 
 _ONE_BYTE = [bytes((n,)) for n in range(0x80)]
 
