@@ -15,6 +15,8 @@ current-figures table of docs/benchmarks.md is generated from it.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import math
 import os
@@ -23,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -174,6 +176,19 @@ def _write(entries: list[dict[str, Any]], path: Path) -> None:
         raise
 
 
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One writer at a time: two tools recording at once must not lose either entry."""
+    lock_dir = path.parent / "raw"  # ignored by git, like everything else in raw/
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with (lock_dir / f".{path.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def record(
     entry_id: str,
     *,
@@ -207,8 +222,9 @@ def record(
     if note:
         entry["note"] = note
     entry = validate(entry)
-    others = [old for old in load(path) if old["id"] != entry_id]
-    _write(sorted([*others, entry], key=lambda e: e["id"]), path)
+    with _locked(path):
+        others = [old for old in load(path) if old["id"] != entry_id]
+        _write(sorted([*others, entry], key=lambda e: e["id"]), path)
     return entry
 
 
@@ -328,7 +344,12 @@ def main(argv: list[str] | None = None) -> int:
         from bench.figures import record_file
 
         for file in args.from_results:
-            for entry in record_file(file, note=args.note):
+            try:
+                entries = record_file(file, note=args.note)
+            except (SummaryError, OSError, ValueError) as err:
+                print(f"{file}: not recorded: {err}", file=sys.stderr)
+                return 1
+            for entry in entries:
                 print(f"{entry['id']}: {_figure(entry['value'])} {entry['unit']} from {file}")
     if args.docs:
         if not update_docs():
