@@ -9,7 +9,7 @@ current-figures table of docs/benchmarks.md is generated from it.
     python -m bench.summary --show                  # the entries, as JSON
     python -m bench.summary --docs                  # regenerate the table in docs/benchmarks.md
     python -m bench.summary --from-results FILE...  # record the figures of existing result files
-    python -m bench.summary --uncited               # result files no entry cites (to git rm)
+    python -m bench.summary --uncited               # result files nothing cites (to git rm)
 """
 
 from __future__ import annotations
@@ -76,14 +76,15 @@ def now() -> str:
 
 def repo_relative(path: Path | str) -> str:
     """``path`` as the summary cites it: relative to the repository, under a results root.
-    Raises SummaryError for a file outside the repository's result directories."""
-    resolved = Path(path)
-    if resolved.is_absolute():
-        try:
-            resolved = resolved.resolve().relative_to(REPO)
-        except ValueError:
-            raise SummaryError(f"results_file {path} is outside the repository") from None
-    text = resolved.as_posix()
+    A relative ``path`` is taken from the working directory when it exists there, else from
+    the repository. Raises SummaryError for a file outside the repository's result folders."""
+    given = Path(path)
+    if not given.is_absolute():
+        given = Path.cwd() / given if (Path.cwd() / given).exists() else REPO / given
+    try:
+        text = given.resolve().relative_to(REPO).as_posix()
+    except ValueError:
+        raise SummaryError(f"results_file {path} is outside the repository") from None
     _check_results_file(text)
     return text
 
@@ -230,17 +231,14 @@ def record(
 
 # --- docs ------------------------------------------------------------------------------------
 def _figure(value: object) -> str:
+    """A number as the docs table shows it: 3 significant figures or so, thousands separated."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return str(value)
     if isinstance(value, int):
         return f"{value:,}"
-    return (
-        f"{value:.2f}"
-        if abs(value) < 10
-        else f"{value:,.1f}"
-        if abs(value) < 100
-        else f"{value:,.0f}"
-    )
+    if abs(value) < 10:
+        return f"{value:.2f}"
+    return f"{value:,.1f}" if abs(value) < 100 else f"{value:,.0f}"
 
 
 _UNITS: Final = (("_per_s", "/s"), ("_us", " µs"), ("_ms", " ms"), ("_mib", " MiB"), ("_s", " s"))
