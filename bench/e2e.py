@@ -254,7 +254,7 @@ SCENARIO_FUNCS: dict[str, Callable[[argparse.Namespace, Nginx, Path], dict[str, 
 }
 
 
-# --- figures line ---------------------------------------------------------------------------------
+# --- figures line ---------------------------------------------------------------------------
 def _row_figures(scenario: str, result: dict[str, Any]) -> tuple[str, str]:
     med = result.get("medians", {})
     if scenario == "throughput":
