@@ -50,9 +50,9 @@ test: install ## Run every test against the real local Kafka (started, then stop
 test-unit: install ## Run the unit tests only (no broker)
 	$(BIN)/pytest tests/unit
 
-bench: install kafka ## Run every benchmark (long); results in bench/results and docs/benchmarks.md
+bench: install kafka ## Run every benchmark (long); figures in bench/results/summary.json and docs/benchmarks.md
 	$(BIN)/pip install -q -e '.[dev,bench]'
-	$(BIN)/python -m bench.http_clients --seconds 5 --concurrency 8,64 --json bench/results/http_clients.json
+	$(BIN)/python -m bench.http_clients --seconds 5 --concurrency 8,64 --json bench/results/raw/http_clients.json
 	$(BIN)/python -m bench.e2e --scenario throughput --runs 3 --events 30000 --profile
 	$(BIN)/python -m bench.e2e --scenario latency --runs 3 --seconds 20 --rate 1000
 	$(BIN)/python -m bench.e2e --scenario memory --runs 1 --subscriptions 100000 --rate 50
@@ -61,6 +61,7 @@ bench: install kafka ## Run every benchmark (long); results in bench/results and
 	$(BIN)/python -m bench.flow --scenario f7 --runs 3
 	$(BIN)/python -m bench.flow --scenario f1 --runs 3
 	$(BIN)/python -m bench.flow --scenario f5 --runs 3
+	$(BIN)/python -m bench.summary --docs
 
 bench-smoke: install kafka ## A short run of the benchmark harness (sane figures, no thresholds)
 	$(BIN)/python -m bench.e2e --scenario smoke --runs 1 --no-docs --results-dir bench/results

@@ -13,7 +13,8 @@ before it in the same invocation (without the dead endpoint). F7 alternates phas
 without the big tenant inside each run, so both sides come from one worker within the same
 minutes (``--design pairs``: a baseline run, then a run with the big tenant). Both report the
 median of the ratios. Each scenario writes ``bench/results/flow-<scenario>-<time>.json`` and,
-unless ``--no-docs``, adds a row to the flow-control table of docs/benchmarks.md. Nothing here
+unless ``--no-docs``, records its requirement's figure in ``bench/results/summary.json``
+(`bench.figures`) and regenerates the current figures of docs/benchmarks.md. Nothing here
 asserts on a number: these are benchmarks.
 """
 
@@ -31,10 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from bench.figures import record_or_say
 from bench.flow_ingest import scenario_f5
 from bench.flow_rows import row_figures, run_loads
 from bench.nginx import Nginx
-from bench.report import DOCS, RESULTS_DIR, append_row, fmt, machine, median_of, write_json
+from bench.report import RESULTS_DIR, fmt, machine, median_of, write_json
 from bench.rig import TENANT, gc_pauses, scrape
 from bench.silent import silent_receiver
 from bench.traffic import (
@@ -76,8 +78,6 @@ SPEC_TARGETS = {
     "f1": "F1: at most 52.5 deliveries in any 1 s (limit 50/s + 5%)",
     "f5": "F5: the other producers get no 429 and keep their throughput",
 }
-#: docs/benchmarks.md keeps this line right below the flow-control table; rows go above it.
-FLOW_MARKER = "<!-- flow rows are inserted above this line by python -m bench.flow -->"
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -514,8 +514,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--bootstrap", default=os.environ.get("HOOKSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     )
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--docs", type=Path, default=DOCS, help="the page that gets the rows")
-    parser.add_argument("--no-docs", action="store_true", help="do not touch docs/benchmarks.md")
+    parser.add_argument(
+        "--no-docs", action="store_true", help="leave summary.json and docs/benchmarks.md alone"
+    )
     return parser.parse_args(argv)
 
 
@@ -550,8 +551,8 @@ def run_scenario(scenario: str, args: argparse.Namespace) -> dict[str, Any]:
     say(f"results: {path}")
     say(json.dumps(result["medians"], indent=2, default=str))
     say(f"{scenario}: {figures} -> {verdict}")
-    if not args.no_docs and append_row(result, figures, verdict, args.docs, FLOW_MARKER):
-        say(f"{args.docs}: row added")
+    if not args.no_docs:
+        record_or_say(result, path, say)
     return result
 
 

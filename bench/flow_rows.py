@@ -1,4 +1,4 @@
-"""The docs row of each flow-control benchmark: its figures and whether it met its target."""
+"""The figures line of each flow-control benchmark: its figures and whether it met its target."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ def _met(ok: bool | None) -> str:
 
 
 def row_figures(scenario: str, result: dict[str, Any]) -> tuple[str, str]:
-    """The figures and the verdict of one result, for the docs table."""
+    """The figures and the verdict of one result, as the run prints them."""
     med = result["medians"]
     config = result["config"]
     if scenario == "f3":

@@ -1,4 +1,4 @@
-"""Microbenchmark of a lane's hop to a thread and back. See docs/benchmarks.md, section 23.
+"""Microbenchmark of a lane's hop to a thread and back. See docs/benchmarks.md, "Lane threads".
 
     python -m bench.hop --runs 5
 

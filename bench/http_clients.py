@@ -253,6 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     report = uvloop.run(run(args.seconds, levels))
     print_table(report)
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 

@@ -1,5 +1,5 @@
 """What one Kafka produce call costs the calling thread, in a burst and at a moderate rate.
-See docs/benchmarks.md, section 26.
+See docs/benchmarks.md, "CPU below saturation".
 
     python -m bench.produce_cost --runs 3
 

@@ -1,9 +1,11 @@
-"""Where benchmark results go: a JSON file per run and a row in docs/benchmarks.md.
+"""Where benchmark results go: a JSON file per run in bench/results, raw files beside it.
 
 Every result carries the machine it ran on (cores, load averages before and after, Python, the
 git commit and whether the tree had local changes) and the exact command line, so a number in
 the docs can always be traced to how it was produced. The box hookstream is developed on is
-shared, so load averages are part of every row.
+shared, so load averages are part of every result. A run that measures a requirement records
+its figure in bench/results/summary.json (`bench.figures`); profiles, GC logs and other raw
+output go to `raw_dir`, which git ignores.
 """
 
 from __future__ import annotations
@@ -24,9 +26,15 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "bench" / "results"
-DOCS = REPO / "docs" / "benchmarks.md"
-#: docs/benchmarks.md keeps this line right below its results table; rows go above it.
-ROW_MARKER = "<!-- bench rows are inserted above this line by python -m bench.e2e -->"
+RAW = "raw"
+
+
+def raw_dir(results_dir: Path) -> Path:
+    """Where a run's raw output goes (profiles, GC logs, diagnostics): ``<results>/raw``,
+    ignored by git, so only the JSON the summary cites is committed."""
+    path = results_dir / RAW
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _git(*args: str) -> str:
@@ -90,34 +98,6 @@ def write_json(result: dict[str, Any], results_dir: Path) -> Path:
     path = results_dir / f"{result['scenario']}-{stamp}.json"
     path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return path
-
-
-def append_row(
-    result: dict[str, Any],
-    figures: str,
-    ceiling: str,
-    docs: Path = DOCS,
-    marker: str = ROW_MARKER,
-) -> bool:
-    """Insert one row for ``result`` above ``marker`` (a table's last line); False when the
-    marker is missing."""
-    try:
-        text = docs.read_text()
-    except FileNotFoundError:
-        return False
-    if marker not in text:
-        return False
-    info = result["machine"]
-    before = result["load_before"][0]
-    after = result["machine"]["load_average"][0]
-    commit = (info.get("git_commit") or "?") + ("+dirty" if info.get("git_dirty") else "")
-    row = (
-        f"| {time.strftime('%Y-%m-%d %H:%M')} | {result['scenario']} | "
-        f"{info['nproc']} cores, load {before:.1f}/{after:.1f} | `{commit}` | "
-        f"`{info['command']}` | {figures} | {ceiling} |\n"
-    )
-    docs.write_text(text.replace(marker, row + marker, 1))
-    return True
 
 
 def fmt(value: float | None, unit: str = "", digits: int = 0) -> str:

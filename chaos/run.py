@@ -10,6 +10,10 @@ subscription pairs) are out. Starting with publishing, a random worker is killed
 run then waits until the pipeline has drained (no lag on the ingest, live and retry topics and
 no receiver traffic for ``--quiet`` seconds, within ``--drain-timeout``) and audits every pair
 (`chaos.audit`). The exit status is 1 when a pair was lost or duplicates reached 1%.
+
+A run of Q1's size (``--deliveries`` 100,000 or more, as ``make chaos``) also keeps its report
+as ``chaos/results/chaos-<N>k-<time>.json`` and records Q1 in ``bench/results/summary.json``
+(and the current figures of docs/benchmarks.md), unless ``--no-summary``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.figures import record_or_say
 from chaos.audit import audit, expected_pairs, read_recorded
 from chaos.cluster import Cluster, ClusterConfig, default_jars_dir, free_port_pair
 from chaos.farm import ReceiverFarm
@@ -34,6 +39,9 @@ from streams.adapters.lag import LagReader
 
 DUPLICATE_TARGET = 0.01
 TICK_S = 0.05
+#: Q1 asks for a long run; smaller runs (CI's, trials) leave the summary alone.
+Q1_MIN_DELIVERIES = 100_000
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 @dataclass(frozen=True)
@@ -252,6 +260,9 @@ def _parse(argv: list[str] | None) -> tuple[ChaosConfig, argparse.Namespace]:
     parser.add_argument("--kafka-port", type=int, default=0, help="0: any free port pair")
     parser.add_argument("--report", type=Path, default=Path("chaos-report.json"))
     parser.add_argument("--keep", action="store_true", help="keep the work dir afterwards")
+    parser.add_argument(
+        "--no-summary", action="store_true", help="leave chaos/results and summary.json alone"
+    )
     args = parser.parse_args(argv)
     config = ChaosConfig(
         deliveries=args.deliveries,
@@ -268,6 +279,16 @@ def _parse(argv: list[str] | None) -> tuple[ChaosConfig, argparse.Namespace]:
     return config, args
 
 
+def _keep_and_record(report: dict[str, Any], deliveries: int) -> None:
+    """Keep a Q1-sized run's report where the summary can cite it, and record Q1."""
+    if deliveries < Q1_MIN_DELIVERIES:
+        _say(f"summary.json unchanged: Q1 needs a run of {Q1_MIN_DELIVERIES:,} deliveries")
+        return
+    kept = RESULTS / f"chaos-{deliveries // 1000}k-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    kept.write_text(json.dumps(report, indent=2) + "\n")
+    record_or_say(report, kept, _say)
+
+
 def main(argv: list[str] | None = None) -> int:
     config, args = _parse(argv)
     report_path: Path = args.report
@@ -277,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(config.work_dir, ignore_errors=True)
     report_path.write_text(json.dumps(report, indent=2) + "\n")
+    if not args.no_summary:
+        _keep_and_record(report, config.deliveries)
     audit_part = report["audit"]
     _say(
         f"lost={audit_part['lost']} duplicates={audit_part['duplicate_rate']:.4%} "

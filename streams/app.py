@@ -67,7 +67,7 @@ MIB: Final = 1024 * 1024
 #: the default thresholds its generation-2 passes over every live object (tables, the
 #: registry, Faust's and aiohttp's state) stalled the event loop often enough to set the tail
 #: latency: p99 at 300 deliveries/s 66 against 140 ms, F7 small-tenant p99 ratio 4.5 against
-#: 11.1, same CPU and RSS (docs/benchmarks.md, section 10).
+#: 11.1, same CPU and RSS (docs/benchmarks.md, "GC thresholds").
 GC_THRESHOLDS: Final = (50_000, 20, 100)
 
 #: Table changelogs are faust's own topics, so faust declares them with this replication factor.
@@ -221,7 +221,7 @@ def run_worker(app: faust.App, settings: Settings) -> None:
     and faust never looks at the command line here. A worker that crashes exits the process with
     a non-zero status.
     """
-    # uvloop: measured 0.90x CPU per delivery and a lower p50 (docs/benchmarks.md, step 4)
+    # uvloop: measured 0.90x CPU per delivery and a lower p50 (docs/benchmarks.md, "uvloop")
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     gc.set_threshold(*GC_THRESHOLDS)
     configure_logging(settings.log_level)
@@ -239,7 +239,7 @@ def run_worker(app: faust.App, settings: Settings) -> None:
     # Everything built so far (modules, classes, the app, its agents and tables) lives as long as
     # the process. Frozen, it is left out of every later collection; faust's table stores force
     # a full collection per table on each rebalance, and over it each one took about 80 ms of
-    # the event loop (docs/benchmarks.md, section 24).
+    # the event loop (docs/benchmarks.md, "gc.freeze at start").
     gc.freeze()
     try:
         worker.execute_from_commandline()

@@ -5,7 +5,7 @@ returns as soon as any one of its partitions has a record. hookstream's agents (
 notifications, analytics) read some 48 partitions, and at a steady 100 deliveries/s the attempt
 and health records arrive a few at a time: the consumer thread then spent about a third of a
 core encoding and decoding fetch requests for all 48 partitions, record after record
-(docs/benchmarks.md, section 8).
+(docs/benchmarks.md, "Agents' batched fetch").
 
 `PacedFetchTransport` is Faust's aiokafka transport with one difference: its worker consumer
 asks for ``agent_fetch_min_bytes`` and waits at most ``agent_fetch_wait`` for them. The broker
@@ -21,10 +21,11 @@ set on the consumer's attributes before it starts; the aiokafka version is pinne
 its stream with ``wait_first(callback(record), suspend_flow.wait())``: the hand-over is dropped
 if a rebalance suspends the flow while it waits (a full stream queue, a suspended flow). That
 call builds four tasks and an ``asyncio.wait`` per record, most of the Faust agents' cost per
-record on the event loop (docs/benchmarks.md, section 17). `PacedFetchConsumer.wait_first` first
-runs the hand-over up to its first wait: almost always it has none (the record is queued at
-once) and is done without a task. When it does wait, the rest of it races the other awaitables
-through Faust's own ``wait_first``, as before, so a rebalance still drops it.
+record on the event loop (docs/benchmarks.md, "Faust hand-over without tasks").
+`PacedFetchConsumer.wait_first` first runs the hand-over up to its first wait: almost always it
+has none (the record is queued at once) and is done without a task. When it does wait, the rest
+of it races the other awaitables through Faust's own ``wait_first``, as before, so a rebalance
+still drops it.
 """
 
 from __future__ import annotations

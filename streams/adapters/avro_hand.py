@@ -1,8 +1,8 @@
 """Avro binary written by hand for the two records written once per delivery (SPEC section 5).
 
 The router's `Delivery` and the dispatcher's `Attempt` are encoded here rather than by fastavro's
-generic writer, which takes about 19 µs for an Attempt (docs/benchmarks.md, "The Attempt ledger
-record encoded by hand"). A record's encoding is its fields' encodings in schema order; a long is
+generic writer, which takes about 19 µs for an Attempt (docs/benchmarks.md, "Hand-written Attempt
+encoder"). A record's encoding is its fields' encodings in schema order; a long is
 a zigzag varint, a double 8 bytes little-endian, a string its UTF-8 length then its bytes, a
 union the branch index then the value. `streams.adapters.codec` uses these only when its schema
 is the repository's own; tests/unit/test_codec.py checks the bytes against fastavro's.

@@ -25,13 +25,14 @@ SENT_KEPT = 64
 class AsyncCommitter:
     """A lane's commits, sent without waiting for Kafka's answer.
 
-    A synchronous commit awaited in line stopped a lane's reading for 7-11 ms at the median
-    and up to 60 ms, every commit interval (docs/benchmarks.md, section 15). Here `send` hands
-    the positions to librdkafka, which sends commits in the order they were made, and returns;
-    the answer comes back through the consumer's ``on_commit`` callback (`on_commit`), served
-    by the lane's own next ``consume``. Positions stay *pending* until an answer confirms them,
-    and every `send` carries all pending positions, so one refused commit is carried by the
-    next and an idle partition is not left behind. No lock is held across a Kafka call.
+    A synchronous commit awaited in line stopped a lane's reading for 7-11 ms at the median and
+    up to 60 ms, every commit interval (docs/benchmarks.md, "Commits beside the intake"). Here
+    `send` hands the positions to librdkafka, which sends commits in the order they were made,
+    and returns; the answer comes back through the consumer's ``on_commit`` callback
+    (`on_commit`), served by the lane's own next ``consume``. Positions stay *pending* until an
+    answer confirms them, and every `send` carries all pending positions, so one refused commit
+    is carried by the next and an idle partition is not left behind. No lock is held across a
+    Kafka call.
 
     ``mark`` is the lane's own progress count as of the positions sent (the dispatcher's
     settled deliveries); `confirmed_mark` is the highest mark whose positions Kafka has all

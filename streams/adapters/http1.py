@@ -23,7 +23,7 @@ connections; the receiver saw no complete request, or, at worst, a copy that the
 lets it drop (D2). A fresh connection is never retried.
 
 Why it exists: ``python -m bench.http_clients`` measures it against aiohttp on the same receiver
-and loop (docs/benchmarks.md, section 12).
+and loop (docs/benchmarks.md, "HTTP/1.1 client").
 """
 
 from __future__ import annotations

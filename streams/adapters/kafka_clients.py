@@ -41,7 +41,8 @@ def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
         "enable.idempotence": True,
         "acks": "all",
         # Every delivery waits for one linger (its `routed` record): 1 ms halves the p50 of
-        # librdkafka's 5 ms at 300-1,000/s and costs no throughput (docs/benchmarks.md, 14).
+        # librdkafka's 5 ms at 300-1,000/s and costs no throughput (docs/benchmarks.md,
+        # "Producer linger 1 ms").
         "linger.ms": settings.producer_linger * 1000,
         "compression.type": "lz4",
         # The Java client's partitioner, as Faust (aiokafka) uses: every producer of a
@@ -244,7 +245,7 @@ class LaneThread:
     read cost about 80 µs of CPU in the executor's machinery alone (a concurrent future, its
     work queue and thread accounting, then an asyncio future chained to it); a thread of the
     lane's own, handed each call through a queue and answering with one
-    ``call_soon_threadsafe``, costs about 28 µs (docs/benchmarks.md, section 23). Calls run in
+    ``call_soon_threadsafe``, costs about 28 µs (docs/benchmarks.md, "Lane threads"). Calls run in
     the order made, so a lane's consumer is never used by two threads at once: the rebalance
     callbacks that librdkafka runs inside a read run on this thread, as they ran on the
     executor's.

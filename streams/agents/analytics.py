@@ -1,14 +1,14 @@
 """Delivery analytics: the analytics agent, its tables, and reading them from any worker (O2).
 
-The agent reads `attempt-digests` in batches (`BATCH_MAX` records or `BATCH_WITHIN_S`,
-whichever comes first). A digest holds what one dispatcher settled in one partition between two
-of its commits, folded ahead per subscription into a `Tally` (`streams.lanes.outbox`): one
-Faust record per partition and commit instead of one per attempt, and a few aggregates to merge
-instead of every attempt to decode and fold on the event loop the deliveries share
-(docs/benchmarks.md, sections 15, 18 and 19). Each subscription's tallies are folded with the
-pure ``streams.domain.analytics.fold``: a batch costs one read and one write per subscription
-and window it touches. Digests an older worker left on the topic (the attempts themselves) are
-still read, and folded into tallies here.
+The agent reads `attempt-digests` in batches (`BATCH_MAX` records or `BATCH_WITHIN_S`, whichever
+comes first). A digest holds what one dispatcher settled in one partition between two of its
+commits, folded ahead per subscription into a `Tally` (`streams.lanes.outbox`): one Faust record
+per partition and commit instead of one per attempt, and a few aggregates to merge instead of
+every attempt to decode and fold on the event loop the deliveries share (docs/benchmarks.md,
+"Attempt digests", "Tallies in digests"). Each subscription's tallies are folded with the pure
+``streams.domain.analytics.fold``: a batch costs one read and one write per subscription and
+window it touches. Digests an older worker left on the topic (the attempts themselves) are still
+read, and folded into tallies here.
 
 Two plain changelog tables, co-partitioned with `attempt-digests` and `attempts`
 (``lane_partitions`` partitions):

@@ -210,7 +210,7 @@ class BackfillRunner:
         loop = self._loop = asyncio.get_running_loop()
         # The broker answers a fetch as soon as a job is written (fetch.min.bytes 1), so a long
         # wait only spares the broker the empty fetches of a quiet topic: 2 a second, not 50
-        # (docs/benchmarks.md, section 28).
+        # (docs/benchmarks.md, "Backfill fetch wait 500 ms").
         consumer = make_consumer(self._settings, RUNNER_GROUP, **{"fetch.wait.max.ms": 500})
         consumer.subscribe([self._topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         last = time.monotonic()
