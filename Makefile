@@ -64,7 +64,7 @@ bench: install kafka ## Run every benchmark (long); figures in bench/results/sum
 	$(BIN)/python -m bench.summary --docs
 
 bench-smoke: install kafka ## A short run of the benchmark harness (sane figures, no thresholds)
-	$(BIN)/python -m bench.e2e --scenario smoke --runs 1 --no-docs --results-dir bench/results
+	$(BIN)/python -m bench.e2e --scenario smoke --runs 1 --no-docs --results-dir bench/results/raw
 
 chaos: install kafka ## Q1 chaos run: 100k deliveries, kill -9 a worker every 10-30 s, one broker restart
 	$(BIN)/python -m chaos.run --deliveries 100000 --kills 12 --broker-restart --seed 7 --rate 400 --report chaos-report.json

@@ -31,15 +31,19 @@ def find_checkout() -> Path | None:
 @click.argument("scenario", type=click.Choice(SCENARIOS))
 @click.option("--runs", type=click.IntRange(1, 50), default=3, show_default=True)
 @click.option("--seconds", type=click.FloatRange(min=1), help="Measured seconds (latency/memory).")
-@click.option("--no-docs", is_flag=True, help="Do not add a row to docs/benchmarks.md.")
+@click.option(
+    "--no-docs",
+    is_flag=True,
+    help="Do not record the figures in bench/results/summary.json and docs/benchmarks.md.",
+)
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 def bench(
     scenario: str, runs: int, seconds: float | None, no_docs: bool, extra: tuple[str, ...]
 ) -> None:
     """Run one benchmark SCENARIO against the real broker, one worker and nginx.
 
-    Results go to bench/results/<scenario>-<timestamp>.json and, unless --no-docs, a row in
-    docs/benchmarks.md. Needs a source checkout of hookstream (the bench/ directory).
+    Results go to bench/results/<scenario>-<timestamp>.json and, unless --no-docs, into
+    bench/results/summary.json and the figures of docs/benchmarks.md. Needs a source checkout of hookstream (the bench/ directory).
     """
     root = find_checkout()
     if root is None:
