@@ -43,7 +43,8 @@ def bench(
     """Run one benchmark SCENARIO against the real broker, one worker and nginx.
 
     Results go to bench/results/<scenario>-<timestamp>.json and, unless --no-docs, into
-    bench/results/summary.json and the figures of docs/benchmarks.md. Needs a source checkout of hookstream (the bench/ directory).
+    bench/results/summary.json and the figures of docs/benchmarks.md. Needs a source checkout
+    of hookstream (the bench/ directory).
     """
     root = find_checkout()
     if root is None:

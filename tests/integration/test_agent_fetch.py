@@ -1,4 +1,6 @@
-"""The agents' paced fetch, against the real broker (SPEC P2; docs/benchmarks.md, "Agents' batched fetch").
+"""The agents' paced fetch, against the real broker (SPEC P2).
+
+docs/benchmarks.md, "Agents' batched fetch", has what it bought.
 
 The pinned aiokafka starts its fetcher with the size and wait `apply_fetch_pacing` set, and a
 lone record still arrives: the broker answers a fetch that is short of its bytes once the wait
