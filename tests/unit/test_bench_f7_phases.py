@@ -7,10 +7,10 @@ tenant's load count against hookstream and never for it.
 
 from __future__ import annotations
 
-from bench.flow import _Phases
+from bench.flow_f7 import Phases
 from bench.traffic import Published
 
-PHASES = _Phases(seconds=10.0, warmup=3.0, count=4, big_first=False, settle=2.0)
+PHASES = Phases(seconds=10.0, warmup=3.0, count=4, big_first=False, settle=2.0)
 
 
 def test_the_big_tenant_publishes_in_every_other_phase_and_in_the_warm_up() -> None:
@@ -20,7 +20,7 @@ def test_the_big_tenant_publishes_in_every_other_phase_and_in_the_warm_up() -> N
     assert not PHASES.active("big", 3.0)
     assert PHASES.active("big", 13.0)
     assert PHASES.active("small", 5.0)
-    big_first = _Phases(10.0, 3.0, 4, big_first=True, settle=2.0)
+    big_first = Phases(10.0, 3.0, 4, big_first=True, settle=2.0)
     assert [big_first.big_on(k) for k in range(-1, 4)] == [False, True, False, True, False]
 
 
