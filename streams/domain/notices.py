@@ -92,6 +92,8 @@ class _EndpointNotice:
     subscription_name: str
     tenant_id: str
     url: str
+    #: The signed, expiring portal link to the subscription (U1), when the portal has a URL.
+    portal_link: str | None = None
     # The names of the fields that hold the notice's episode and its own time.
     _EPISODE: ClassVar[str]
     _AT: ClassVar[str]
@@ -379,6 +381,14 @@ def _para(*sentences: str) -> list[str]:
     return ["", textwrap.fill(" ".join(sentences), _WIDTH)]
 
 
+def _portal(notice: Notice) -> list[str]:
+    """The signed portal link, on a line of its own so that mail clients keep it whole."""
+    if notice.portal_link is None:
+        return []
+    return ["or in your browser, where the failing attempts are shown (the link expires):",
+            f"    {notice.portal_link}"]  # fmt: skip
+
+
 def _how_to_reenable(notice: Notice) -> list[str]:
     return [
         *_para("How to re-enable it: fix the endpoint so that it answers with a 2xx status,"),
@@ -386,6 +396,7 @@ def _how_to_reenable(notice: Notice) -> list[str]:
         f"    {notice.reenable_command}",
         "or with the admin API:",
         f"    {notice.reenable_route}",
+        *_portal(notice),
         *_para(
             "hookstream first sends one signed endpoint.probe delivery. If it succeeds, the",
             "subscription becomes active and the missed events are delivered again, paced.",
@@ -429,6 +440,9 @@ def _warning(n: EarlyWarningNotice) -> tuple[str, list[str]]:
         "and hookstream keeps retrying; the next successful delivery ends this warning.",
     )
     body = [*intro, "", *_facts(n), *_failures(n)]
+    if n.portal_link is not None:
+        body += ["", "See the failing attempts in your browser (the link expires):",
+                 f"    {n.portal_link}"]  # fmt: skip
     if n.suspend_count is not None:
         after = f"{n.suspend_count} consecutive {n.outcome_class.value} failures"
         if n.suspend_after_s is not None:
