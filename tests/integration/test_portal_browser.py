@@ -14,9 +14,11 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.select import Select
 
 from streams.adapters.kafka_admin import apply_topics
 from streams.domain.models import SubscriptionStatus
@@ -209,6 +211,64 @@ def test_u3_s3_s5_r5_test_event_rotate_secret_disable_enable(env: PortalEnv) -> 
     assert "disabled" in env.driver.find_element(By.ID, "status").text
     env.click("enable")
     assert "active" in env.driver.find_element(By.ID, "status").text
+
+
+def test_u3_r3_confirmations_filters_paging_and_sign_out(
+    env: PortalEnv, receiver: Receiver
+) -> None:
+    """U2, U3, R3: a delivery that already succeeded asks for confirmation (409) before it is
+    replayed; a time range and dead letters are counted before they are sent; deliveries
+    filter by state; analytics switch windows; signing out ends the session."""
+    failing, dead = env.subs["failing"], env.subs["dead"]
+    env.sign_in(env.keys["acme"])
+    env.open(f"/subscriptions/{failing.id}/deliveries")
+    Select(env.driver.find_element(By.ID, "state")).select_by_value("success")
+    env.click("filter")
+    assert "state=success" in env.driver.current_url
+    states = {e.text for e in env.driver.find_elements(By.CSS_SELECTOR, "td .badge")}
+    assert states == {"\u2713 success"}, states
+    env.follow(env.driver.find_elements(By.CSS_SELECTOR, "a.delivery")[0])
+    env.click("replay-delivery")
+    assert "Already delivered" in env.text() and "confirm_duplicate" in env.text()
+    with env.http() as http:
+        delivery = env.driver.current_url.rsplit("/", 2)[-2]
+        assert http.get(f"/deliveries/{delivery}").status_code == 200
+    env.click("confirm")
+    assert "Delivery replayed" in env.text() and "Queued" in env.text()
+
+    env.open(f"/subscriptions/{failing.id}")
+    now = datetime.now(UTC)
+    for field, moment in (("replay-since", now - timedelta(hours=1)),
+                          ("replay-until", now + timedelta(minutes=5))):  # fmt: skip
+        env.driver.execute_script(
+            "arguments[0].value = arguments[1]",
+            env.driver.find_element(By.ID, field),
+            moment.strftime("%Y-%m-%dT%H:%M"),
+        )
+    before = len(receiver.requests_to("/a"))
+    env.click("replay-range")
+    assert "Replay time range?" in env.text()
+    counted = int(env.driver.find_element(By.ID, "confirm-message").text.split()[0])
+    assert counted == 7  # 4 published before the suspension, 3 while suspended
+    env.click("confirm")
+    assert "Time range replaying" in env.text()
+    wait(lambda: len(receiver.requests_to("/a")) >= before + counted, 60, "the range replayed")
+
+    env.open(f"/subscriptions/{dead.id}/dead-letters")
+    env.click("replay-dead-letters")
+    assert env.driver.find_element(By.ID, "confirm-message").text.startswith("2 to send")
+    env.click("confirm")
+    assert "Dead letters replaying" in env.text()
+
+    env.open(f"/subscriptions/{failing.id}?window=1h")
+    env.driver.execute_script("document.getElementById('stats').scrollIntoView()")
+    assert env.driver.find_element(By.ID, "window").get_attribute("value") == "1h"
+    assert len(env.driver.find_elements(By.CSS_SELECTOR, "#hours tbody tr th")) >= 1
+    env.shot("analytics")
+    env.click("signout")
+    assert env.driver.find_element(By.ID, "key")
+    env.open("/subscriptions")
+    assert env.driver.current_url.endswith("/portal/signin")
 
 
 def test_u4_isolation_csrf_headers_and_links(env: PortalEnv) -> None:
