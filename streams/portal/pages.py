@@ -71,7 +71,8 @@ async def signin(portal: Portal, call: Call) -> Page | Redirect:
         principal = authenticate(f"Bearer {key}", admin, portal.ctx.keys)
     except UnauthorizedError:
         return Page("signin.html", {"error": "That key is not valid."}, 401)
-    session = portal.new_session(principal.tenant_id, principal.key_id, None, None)
+    key_id = portal.operator_fingerprint() if principal.is_operator else principal.key_id
+    session = portal.new_session(principal.tenant_id, key_id, None, None)
     cookies = (
         portal.session_cookie(session, call.secure),
         portal.cookie(PRE_COOKIE, "", 0, call.secure),

@@ -10,6 +10,8 @@ URL with a secret in it, the notice link, must not leak through a Referer).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import secrets
 import time
@@ -75,7 +77,9 @@ class Call:
     @property
     def principal(self) -> Principal:
         assert self.session is not None
-        return Principal(tenant_id=self.session.tenant_id, key_id=self.session.key_id)
+        session = self.session
+        key_id = None if session.is_operator else session.key_id
+        return Principal(tenant_id=session.tenant_id, key_id=key_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +144,14 @@ class Portal:
         self.link_key = link_key(settings)
         self.env = templates()
 
+    def operator_fingerprint(self) -> str | None:
+        """A short, keyed digest of the operator key in force (None when there is none)."""
+        token = self.settings.admin_token
+        if token is None or not token.get_secret_value():
+            return None
+        digest = hmac.new(self.session_key, token.get_secret_value().encode(), hashlib.sha256)
+        return "operator:" + digest.hexdigest()[:32]
+
     @property
     def ctx(self) -> ApiContext:
         ctx: ApiContext = self.app.hookstream_api
@@ -175,6 +187,10 @@ class Portal:
             session = read_session(self.session_key, raw, self.clock())
         except TokenError:
             return None
+        if session.is_operator:
+            # an operator session names the operator key it was opened with: it ends when
+            # that key changes or is removed
+            return session if session.key_id == self.operator_fingerprint() else None
         if session.key_id is not None:
             keys = self.ctx.keys
             if keys is None or keys.get(session.key_id) is None:

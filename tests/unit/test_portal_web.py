@@ -137,6 +137,18 @@ async def test_u4_expired_forged_or_revoked_sessions_sign_out() -> None:
     assert (await p.handle(page, signed_in(forged), auth=True))[0] == 303
 
 
+async def test_u4_an_operator_session_ends_when_the_operator_key_changes() -> None:
+    before = portal(load_settings(secret_key="s", admin_token="op-1"))
+    fingerprint = before.operator_fingerprint()
+    assert fingerprint is not None and "op-1" not in fingerprint
+    request = signed_in(before, tenant=None, key_id=fingerprint)
+    assert (await before.handle(page, request, auth=True))[0] == 200
+    after = portal(load_settings(secret_key="s", admin_token="op-2"))
+    assert (await after.handle(page, request, auth=True))[0] == 303
+    no_key = signed_in(before, tenant=None, key_id=None)
+    assert (await before.handle(page, no_key, auth=True))[0] == 303
+
+
 @pytest.mark.parametrize(
     ("error", "status"), [(NotFoundError("x"), 404), (ConflictError("y"), 409)]
 )
