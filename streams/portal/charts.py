@@ -50,7 +50,8 @@ def _axis(starts: Sequence[int], top: float, unit: str) -> list[str]:
     ]
     for fraction in (0.0, 0.5, 1.0):
         y = _scale(top * fraction, top)
-        label = f"{top * fraction:,.0f}{unit}"
+        value = top * fraction
+        label = f"{value:,.1f}{unit}" if top < 10 else f"{value:,.0f}{unit}"
         parts.append(f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">'
                      f"{escape(label)}</text>")  # fmt: skip
     step = max(1, len(starts) // 6)
@@ -114,7 +115,7 @@ def line_chart(
     ]
     if not values:
         parts.append(f'<text class="empty" x="{WIDTH / 2}" y="{HEIGHT / 2}" '
-                     f'text-anchor="middle">No attempts in this window</text>')  # fmt: skip
+                     f'text-anchor="middle">No data in this window</text>')  # fmt: skip
     for index, one in enumerate(series):
         parts.extend(_series(index, one, ceiling))
     parts.extend(_legend(series))

@@ -145,14 +145,22 @@ async def _charts(portal: Portal, sub: Subscription, window: str | None) -> dict
         Series(label, [getattr(p.stats.latency_ms, label) for p in points])
         for label in ("p50", "p95", "p99")
     ]
+    duration = [
+        Series(label, [getattr(p.stats.attempt_duration_ms, label) for p in points])
+        for label in ("p50", "p95", "p99")
+    ]
     rates = [p.attempt_success_rate for p in points]
     success = [Series("success", [None if r is None else r * 100 for r in rates])]
     return {
         "window": name,
         "points": points,
-        "latency_chart": line_chart("lat", "Latency percentiles by hour (ms)",
-                                    "p50, p95 and p99 latency of deliveries, one point per hour.",
+        "latency_chart": line_chart("lat", "Delivery latency by hour (ms)",
+                                    "p50, p95 and p99 of publish-to-delivery latency of live "
+                                    "deliveries, one point per hour.",
                                     starts, latency, unit=" ms"),
+        "duration_chart": line_chart("dur", "Endpoint response time by hour (ms)",
+                                     "p50, p95 and p99 duration of every attempt, one point per "
+                                     "hour.", starts, duration, unit=" ms"),
         "success_chart": line_chart("ok", "Successful attempts by hour (%)",
                                     "Share of attempts that succeeded, one point per hour.",
                                     starts, success, unit="%", top=100.0),

@@ -260,7 +260,15 @@ def test_u3_r3_confirmations_filters_paging_and_sign_out(
     env.click("confirm")
     assert "Dead letters replaying" in env.text()
 
-    env.open(f"/subscriptions/{failing.id}?window=1h")
+    live = len(receiver.requests_to("/a"))
+    publish_events(env.settings, [make_event("acme", "order.paid", n) for n in range(6)])
+    wait(lambda: len(receiver.requests_to("/a")) >= live + 6, 60, "live deliveries")
+    text = env.until(f"/subscriptions/{failing.id}?window=1h",
+                     lambda t: bool(re.search(r"Delivery latency p50 / p95 / p99\s+[\d,]+ ms", t)),
+                     60, "the live deliveries' latency in the analytics")  # fmt: skip
+    assert re.search(r"Response time p50 / p95 / p99\s+[\d,]+ ms", text)
+    assert len(env.driver.find_elements(By.CSS_SELECTOR, "svg.chart")) == 3
+
     env.driver.execute_script("document.getElementById('stats').scrollIntoView()")
     assert env.driver.find_element(By.ID, "window").get_attribute("value") == "1h"
     assert len(env.driver.find_elements(By.CSS_SELECTOR, "#hours tbody tr th")) >= 1

@@ -33,7 +33,7 @@ def test_u2_chart_is_svg_with_a_title_escaped_text_and_one_mark_per_point() -> N
 
 def test_u2_chart_without_data_says_so() -> None:
     svg = str(line_chart("e", "t", "d", [], [Series("p50", [])]))
-    assert "No attempts in this window" in svg
+    assert "No data in this window" in svg
 
 
 def _suspension(link: str | None) -> SuspensionNotice:
