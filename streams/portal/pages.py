@@ -102,7 +102,7 @@ async def open_link(portal: Portal, call: Call) -> Page | Redirect:
     session = portal.new_session(sub.tenant_id, None, sub.id, expires)
     # A page, not a redirect: the browser then navigates from this site, so the SameSite=Strict
     # cookie goes along even when the link was opened from a web mail client.
-    context = {"target": sub_path(sub.id), "name": sub.name, "session": session}
+    context = {"target": sub_path(sub.id), "name": sub.name}
     cookie = portal.session_cookie(session, call.secure)
     return Page("link.html", context, cookies=(cookie,), refresh_s=0)
 

@@ -330,13 +330,17 @@ def test_u4_isolation_csrf_headers_and_links(env: PortalEnv) -> None:
 
 
 def test_h5_u1_the_suspension_notice_carries_a_working_link(env: PortalEnv) -> None:
-    """H5, U1: the suspension notice on the notifications topic links to the portal page."""
+    """H5, H6, R1, U1: the suspension, warning and failed-probe notices on the notifications
+    topic link to the portal; the suspension notice's link opens the subscription's page."""
     failing = env.subs["failing"]
     notes = [n for n in notifications(env.settings) if n.subscription_id == failing.id]
     suspended = [n for n in notes if n.kind == "endpoint.suspended"]
     assert suspended, [n.kind for n in notes]
     found = re.search(r'"portal_link":"([^"]+)"', suspended[0].payload_json)
     assert found is not None and found.group(1).startswith(env.base + "/link?token=")
+    for kind in ("endpoint.warning", "endpoint.probe_failed"):  # H6, R1
+        also = [n for n in notes if n.kind == kind]
+        assert also and f'"portal_link":"{env.base}/link?token=' in also[0].payload_json, kind
     env.driver.delete_all_cookies()
     env.driver.get(found.group(1))
     wait(lambda: failing.id in env.driver.current_url, 30, "the notice's link opens the page")
