@@ -37,6 +37,7 @@ import orjson
 
 from streams.domain.envelope import iso_timestamp
 from streams.domain.models import Notification, OutcomeClass
+from streams.domain.notice_links import reenable_lines, warning_lines
 from streams.errors import DecodeError
 
 __all__ = [
@@ -381,14 +382,6 @@ def _para(*sentences: str) -> list[str]:
     return ["", textwrap.fill(" ".join(sentences), _WIDTH)]
 
 
-def _portal(notice: Notice) -> list[str]:
-    """The signed portal link, on a line of its own so that mail clients keep it whole."""
-    if notice.portal_link is None:
-        return []
-    return ["or in your browser, where the failing attempts are shown (the link expires):",
-            f"    {notice.portal_link}"]  # fmt: skip
-
-
 def _how_to_reenable(notice: Notice) -> list[str]:
     return [
         *_para("How to re-enable it: fix the endpoint so that it answers with a 2xx status,"),
@@ -396,7 +389,7 @@ def _how_to_reenable(notice: Notice) -> list[str]:
         f"    {notice.reenable_command}",
         "or with the admin API:",
         f"    {notice.reenable_route}",
-        *_portal(notice),
+        *reenable_lines(notice.portal_link),
         *_para(
             "hookstream first sends one signed endpoint.probe delivery. If it succeeds, the",
             "subscription becomes active and the missed events are delivered again, paced.",
@@ -440,9 +433,7 @@ def _warning(n: EarlyWarningNotice) -> tuple[str, list[str]]:
         "and hookstream keeps retrying; the next successful delivery ends this warning.",
     )
     body = [*intro, "", *_facts(n), *_failures(n)]
-    if n.portal_link is not None:
-        body += ["", "See the failing attempts in your browser (the link expires):",
-                 f"    {n.portal_link}"]  # fmt: skip
+    body += warning_lines(n.portal_link)
     if n.suspend_count is not None:
         after = f"{n.suspend_count} consecutive {n.outcome_class.value} failures"
         if n.suspend_after_s is not None:
