@@ -193,10 +193,10 @@ def _moment(query: dict[str, str], name: str) -> int | None:
     return int(moment.replace(tzinfo=moment.tzinfo or UTC).timestamp() * 1000)
 
 
-def _page_number(query: dict[str, str]) -> int:
-    text = query.get("page", "1")
-    if not text.isdigit() or not 1 <= int(text) <= 100_000:
-        raise ValidationError({"page": "must be a whole number from 1"})
+def _whole(query: dict[str, str], name: str, default: int, top: int) -> int:
+    text = query.get(name, str(default))
+    if not text.isdigit() or not 1 <= int(text) <= top:
+        raise ValidationError({name: f"must be a whole number from 1 to {top}"})
     return int(text)
 
 
@@ -206,21 +206,22 @@ async def deliveries(portal: Portal, call: Call) -> Page | Redirect:
     if state is not None and state not in STATES:
         raise ValidationError({"state": f"must be one of {', '.join(STATES)}"})
     since, until = _moment(call.query, "since"), _moment(call.query, "until")
-    page = _page_number(call.query)
+    page = _whole(call.query, "page", 1, 100_000)
+    size = _whole(call.query, "size", PAGE_SIZE, 100)
     found = await asyncio.to_thread(ledger.list_deliveries, portal.settings, sub.id, state)
     found = [
         d for d in reversed(found)
         if (since is None or d.last_attempt_at >= since)
         and (until is None or d.last_attempt_at < until)
     ]  # fmt: skip
-    shown = found[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
-    keep = {k: call.query[k] for k in ("state", "since", "until") if call.query.get(k)}
+    shown = found[(page - 1) * size : page * size]
+    keep = {k: call.query[k] for k in ("state", "since", "until", "size") if call.query.get(k)}
     link = sub_path(sub.id, "/deliveries?")
     context = {
         "sub": sub, "items": shown, "states": STATES, "filters": keep, "total": len(found),
         "newer": link + urlencode({**keep, "page": page - 1}) if page > 1 else None,
         "older": link + urlencode({**keep, "page": page + 1})
-        if page * PAGE_SIZE < len(found) else None,
+        if page * size < len(found) else None,
     }  # fmt: skip
     return Page("deliveries.html", context)
 

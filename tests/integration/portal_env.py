@@ -14,11 +14,11 @@ from pathlib import Path
 
 import httpx
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.wait import WebDriverWait
 
 from streams.adapters.kafka_admin import TopicAdmin, apply_topics, delete_topics
@@ -90,8 +90,20 @@ class PortalEnv:
     def follow(self, element: WebElement) -> None:
         old = self.driver.find_element(By.TAG_NAME, "html")
         element.click()
-        WebDriverWait(self.driver, 120).until(staleness_of(old))
-        WebDriverWait(self.driver, 120).until(
+        self.wait_new_page(old)
+
+    def wait_new_page(self, old: WebElement) -> None:
+        """Until the page that held ``old`` is replaced and the new one has loaded."""
+
+        def replaced(_driver: object) -> bool:
+            try:
+                old.is_enabled()
+            except WebDriverException:  # stale, or the node is gone mid-navigation
+                return True
+            return False
+
+        WebDriverWait(self.driver, 120).until(replaced)
+        WebDriverWait(self.driver, 120, ignored_exceptions=(WebDriverException,)).until(
             lambda d: d.execute_script("return document.readyState") == "complete"
         )
 

@@ -17,7 +17,9 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.select import Select
 
 from streams.adapters.kafka_admin import apply_topics
@@ -115,9 +117,14 @@ def test_u1_u2_sign_in_and_see_the_failing_subscription_and_an_attempt(env: Port
     env.driver.delete_all_cookies()
     env.open("/signin")
     assert env.driver.find_element(By.CSS_SELECTOR, "label[for=key]").text == "API key"
-    env.shot("signin")
-    env.sign_in("hsk_000000000000_wrong")
+    # keyboard only: the key field has the focus, Enter sends the form
+    assert env.driver.switch_to.active_element.get_attribute("id") == "key"
+    old = env.driver.find_element(By.TAG_NAME, "html")
+    ActionChains(env.driver).send_keys("hsk_000000000000_wrong" + Keys.ENTER).perform()
+    env.wait_new_page(old)
     assert "That key is not valid" in env.text()
+    env.open("/signin")
+    env.shot("signin")
     env.sign_in(env.keys["acme"])
     text = env.text()
     assert "orders hook" in text and "invoices hook" in text and "other hook" not in text
@@ -140,6 +147,14 @@ def test_u1_u2_sign_in_and_see_the_failing_subscription_and_an_attempt(env: Port
     links = env.driver.find_elements(By.CSS_SELECTOR, "a.delivery")
     assert links, env.text()
     env.shot("deliveries")
+    env.open(f"/subscriptions/{failing.id}/deliveries?size=2")
+    first = [e.text for e in env.driver.find_elements(By.CSS_SELECTOR, "a.delivery")]
+    env.click("older")
+    second = [e.text for e in env.driver.find_elements(By.CSS_SELECTOR, "a.delivery")]
+    assert len(first) == 2 and second and not set(first) & set(second)
+    assert "page=2" in env.driver.current_url and "size=2" in env.driver.current_url
+    env.open(f"/subscriptions/{failing.id}/deliveries")
+    links = env.driver.find_elements(By.CSS_SELECTOR, "a.delivery")
     env.follow(links[0])
     text = env.text()
     assert "down for maintenance" in text  # the response excerpt
@@ -291,6 +306,9 @@ def test_u4_isolation_csrf_headers_and_links(env: PortalEnv) -> None:
     with env.http() as http:
         assert http.get(f"/subscriptions/{mine.id}").status_code == 404
         assert http.get(f"/subscriptions/{mine.id}/deliveries").status_code == 404
+        acme_delivery = ledger.list_deliveries(env.settings, mine.id)[0].delivery_id
+        assert http.get(f"/deliveries/{acme_delivery}").status_code == 404
+        assert http.get(f"/subscriptions/{mine.id}/dead-letters").status_code == 404
         assert http.post(f"/subscriptions/{mine.id}/disable").status_code == 403  # no token
         page = http.get(f"/subscriptions/{theirs.id}")
         assert page.status_code == 200
