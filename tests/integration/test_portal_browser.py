@@ -90,7 +90,8 @@ def populate(portal: PortalEnv, receiver: Receiver) -> None:
         s, {**acme, "name": "orders hook", "url": down, "filters": ["order.*"]}
     )
     portal.subs["dead"] = create_subscription(
-        s, {**acme, "name": "invoices hook", "url": gone, "filters": ["invoice.*"]}
+        s,
+        {**acme, "name": "invoices hook", "url": gone, "filters": ["invoice.*"], "rate_limit": 50},
     )
     portal.subs["other"] = create_subscription(
         s, {"tenant_id": "other", "name": "other hook", "url": fine, "filters": ["*"]}
@@ -130,6 +131,8 @@ def test_u1_u2_sign_in_and_see_the_failing_subscription_and_an_attempt(env: Port
     assert "orders hook" in text and "invoices hook" in text and "other hook" not in text
     row = env.driver.find_element(By.XPATH, "//tr[.//a[text()='orders hook']]").text
     assert "suspended" in row and "failing" in row and "503" in row
+    limits = env.driver.find_element(By.XPATH, "//tr[.//a[text()='invoices hook']]").text
+    assert "invoice.*" in limits and "50" in limits and "/s" in limits  # filters, limits
     env.shot("subscriptions")
 
     failing = env.subs["failing"]
