@@ -43,6 +43,7 @@ from streams.domain.topology import TopicSpec
 from streams.lanes.backfill import backfill_component
 from streams.lanes.pipeline import pipeline_component
 from streams.logging import configure_logging
+from streams.portal import portal_component
 from streams.settings import Settings
 
 #: Registers a part of the product on the app: agents, tables, tasks, services or web views.
@@ -53,6 +54,7 @@ DEFAULT_COMPONENTS: list[Component] = [
     pipeline_component,
     backfill_component,
     api_component,
+    portal_component,  # after api_component: the portal reads and acts through the API's views
     metrics_component,
     health_component,
     notifier_component,

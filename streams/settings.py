@@ -37,6 +37,7 @@ DURATION_FIELDS: Final = (
     "breaker_max_cooldown",
     "agent_fetch_wait",
     "producer_linger",
+    "portal_link_ttl",
 )
 
 
@@ -164,6 +165,19 @@ class Settings(BaseSettings):
     smtp_url: str | None = Field(
         None, description="SMTP server for owner notifications, e.g. smtp://127.0.0.1:1025."
     )
+    portal_url: str | None = Field(
+        None,
+        pattern=r"^https?://[^\s?#]+$",
+        description="Public base URL of the owner's portal, e.g. https://hooks.example.com/portal "
+        "(a worker serves it at /portal). Suspension and warning notices link to it with a "
+        "signed link; unset, they carry none. Links and portal sessions are signed with a key "
+        "derived from HOOKSTREAM_SECRET_KEY (or else HOOKSTREAM_ADMIN_TOKEN).",
+    )
+    portal_link_ttl: Annotated[float, NoDecode] = Field(
+        7 * 86400.0,
+        description="How long the signed portal link of a notice stays valid (default 7d, the "
+        "retention window of a backfill).",
+    )
 
     # --- Delivery -----------------------------------------------------------------------------
     retry_schedule: Durations = Field(
@@ -257,6 +271,8 @@ class Settings(BaseSettings):
             raise ValueError("default_timeout must be within (0, 30s]")
         if self.retry_window < self.retry_schedule[0]:
             raise ValueError("retry_window must be at least the first retry delay")
+        if not 60 <= self.portal_link_ttl <= 30 * 86400:
+            raise ValueError("portal_link_ttl must be within [1m, 30d]")
         if self.breaker_max_cooldown < self.breaker_cooldown:
             raise ValueError("breaker_max_cooldown must be at least breaker_cooldown")
         return self

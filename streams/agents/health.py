@@ -53,6 +53,7 @@ from streams.domain.recovery import ControlKind
 from streams.errors import DecodeError
 from streams.lanes.pipeline import Pipeline
 from streams.services.archive import count_waiting
+from streams.services.portal_links import subscription_link
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,11 @@ def _suspend_request(decision: SuspendDecision, record: HealthRecord) -> Control
 
 
 def _warning_notice(
-    decision: WarningDecision, record: HealthRecord, sub: Subscription, policy: SuspensionPolicy
+    decision: WarningDecision,
+    record: HealthRecord,
+    sub: Subscription,
+    policy: SuspensionPolicy,
+    settings: Settings,
 ) -> EarlyWarningNotice:
     worst = record.last_outcome or OutcomeClass.RETRYABLE
     threshold = policy.threshold(worst)
@@ -114,6 +119,7 @@ def _warning_notice(
         last_error=record.last_error,
         suspend_count=threshold.count,
         suspend_after_s=threshold.min_age_s,
+        portal_link=subscription_link(settings, sub.id, decision.at / 1000),
     )
 
 
@@ -157,7 +163,7 @@ class HealthAgents:
             await self.send(self.control_topic, outcome.subscription_id, codec.encode(request))
         sub = registry.get(outcome.subscription_id)
         if step.warn is not None and sub is not None:
-            notice = _warning_notice(step.warn, step.record, sub, policy)
+            notice = _warning_notice(step.warn, step.record, sub, policy, self.settings)
             note = to_notification(notice, sub.owner_emails)
             await self.send(self.notify_topic, sub.id, codec.encode(note))
         self.health[outcome.subscription_id] = step.record.to_dict()
@@ -226,6 +232,7 @@ def _suspension_notice(
         retention_s=settings.archive_retention,
         last_status=payload.get("last_status"),
         last_error=payload.get("last_error"),
+        portal_link=subscription_link(settings, sub.id, event.at / 1000),
     )
 
 

@@ -20,6 +20,12 @@ from streams.demo.run import Summary, run_demo
     help="Events per event type (three types are published).",
 )
 @click.option("--keep-kafka", is_flag=True, help="Leave the local Kafka running afterwards.")
+@click.option(
+    "--keep-worker",
+    is_flag=True,
+    help="Leave the demo's worker (and Kafka) running afterwards, to open the suspended "
+    "endpoint in the owner's portal at http://127.0.0.1:6067/portal.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option(
     "--scenario",
@@ -29,12 +35,12 @@ from streams.demo.run import Summary, run_demo
     help="deliveries: retries, dead letters, a suspension and its notices; recovery: an "
     "endpoint suspended, fixed, re-enabled behind a probe and backfilled.",
 )
-def demo(per_type: int, keep_kafka: bool, as_json: bool, scenario: str) -> None:
+def demo(per_type: int, keep_kafka: bool, keep_worker: bool, as_json: bool, scenario: str) -> None:
     """Start Kafka, topics, a worker and demo receivers; deliver real webhooks; summarise."""
     if scenario == "recovery":
         run_recovery(click.echo)
         return
-    summary = asyncio.run(run_demo(per_type, click.echo, keep_kafka))
+    summary = asyncio.run(run_demo(per_type, click.echo, keep_kafka, keep_worker=keep_worker))
     if as_json:
         echo_json(summary)
     else:
@@ -62,4 +68,6 @@ def _print_summary(summary: Summary) -> None:
         click.echo(f"  suspended                   {sub_id} ({reason})")
     for line in summary.notices:
         click.echo(f"  owner notice (webhook)      {line}")
+    if summary.portal_link:
+        click.echo(f"  owner's portal (signed link) {summary.portal_link}")
     click.echo(f"  wall time                   {summary.seconds:.1f}s")

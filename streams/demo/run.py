@@ -54,6 +54,10 @@ DEMO_OVERRIDES = {
     # kept shut for the demo (the largest streak the setting allows) and it finishes in seconds.
     "breaker_failures": 100000,
     "breaker_min_attempts": 100000,
+    # The owner's portal (U1): the operator signs in with this key, and the suspension notice
+    # links to the suspended subscription's page with a link signed by a key derived from it.
+    "admin_token": "demo-operator-key",
+    "portal_url": "http://127.0.0.1:6067/portal",
 }
 
 
@@ -76,6 +80,7 @@ class Summary:
     notices: list[str]
     seconds: float
     settled: bool
+    portal_link: str | None = None  # the signed link of the suspension notice (U1)
 
     def shortfalls(self) -> list[str]:
         """What the scenario promised and did not happen; empty when the demo worked."""
@@ -182,6 +187,10 @@ def _worker_env(settings: Settings) -> dict[str, str]:
             "HOOKSTREAM_TOPICS_FILE": str(settings.topics_file.resolve()),
         }
     )
+    if settings.admin_token is not None:
+        env["HOOKSTREAM_ADMIN_TOKEN"] = settings.admin_token.get_secret_value()
+    if settings.portal_url is not None:
+        env["HOOKSTREAM_PORTAL_URL"] = settings.portal_url
     return env
 
 
@@ -263,6 +272,16 @@ async def _wait_suspension(
     return suspended
 
 
+def _portal_link(bodies: list[bytes]) -> str | None:
+    """The signed portal link of the suspension notice, when it carries one (U1)."""
+    for body in bodies:
+        notice = orjson.loads(body)
+        link = notice.get("data", {}).get("portal_link")
+        if notice.get("type") == "endpoint.suspended" and isinstance(link, str):
+            return link
+    return None
+
+
 def _notice_line(body: bytes) -> str:
     notice = orjson.loads(body)
     data = notice.get("data", {})
@@ -272,7 +291,9 @@ def _notice_line(body: bytes) -> str:
     return f"{notice.get('type')} " + " ".join(facts)
 
 
-async def run_demo(per_type: int, say: Callable[[str], None], keep_running: bool) -> Summary:
+async def run_demo(
+    per_type: int, say: Callable[[str], None], keep_running: bool, *, keep_worker: bool = False
+) -> Summary:
     settings = demo_settings()
     began = time.monotonic()
     kafka = LocalKafka(settings, say=say)
@@ -337,14 +358,19 @@ async def run_demo(per_type: int, say: Callable[[str], None], keep_running: bool
             notices=[_notice_line(body) for body in notices.bodies],
             seconds=time.monotonic() - began,
             settled=settled,
+            portal_link=_portal_link(notices.bodies),
         )
     finally:
-        worker.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            worker.wait(30)
-        if worker.poll() is None:
-            worker.kill()
+        if keep_worker:
+            say(f"worker left running (pid {worker.pid}): {settings.portal_url}, operator key "
+                f"{DEMO_OVERRIDES['admin_token']}; stop it with: kill {worker.pid}")  # fmt: skip
+        else:
+            worker.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                worker.wait(30)
+            if worker.poll() is None:
+                worker.kill()
         await receivers.stop()
-        if not keep_running and not started.already_running:
+        if not keep_running and not keep_worker and not started.already_running:
             kafka.stop()
             say("kafka stopped (pass --keep-kafka to leave it running)")

@@ -37,6 +37,7 @@ import orjson
 
 from streams.domain.envelope import iso_timestamp
 from streams.domain.models import Notification, OutcomeClass
+from streams.domain.notice_links import reenable_lines, warning_lines
 from streams.errors import DecodeError
 
 __all__ = [
@@ -92,6 +93,8 @@ class _EndpointNotice:
     subscription_name: str
     tenant_id: str
     url: str
+    #: The signed, expiring portal link to the subscription (U1), when the portal has a URL.
+    portal_link: str | None = None
     # The names of the fields that hold the notice's episode and its own time.
     _EPISODE: ClassVar[str]
     _AT: ClassVar[str]
@@ -386,6 +389,7 @@ def _how_to_reenable(notice: Notice) -> list[str]:
         f"    {notice.reenable_command}",
         "or with the admin API:",
         f"    {notice.reenable_route}",
+        *reenable_lines(notice.portal_link),
         *_para(
             "hookstream first sends one signed endpoint.probe delivery. If it succeeds, the",
             "subscription becomes active and the missed events are delivered again, paced.",
@@ -429,6 +433,7 @@ def _warning(n: EarlyWarningNotice) -> tuple[str, list[str]]:
         "and hookstream keeps retrying; the next successful delivery ends this warning.",
     )
     body = [*intro, "", *_facts(n), *_failures(n)]
+    body += warning_lines(n.portal_link)
     if n.suspend_count is not None:
         after = f"{n.suspend_count} consecutive {n.outcome_class.value} failures"
         if n.suspend_after_s is not None:

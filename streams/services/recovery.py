@@ -52,6 +52,7 @@ from streams.domain.pacing import effective_rate
 from streams.domain.recovery import Claim, ControlKind, Job, JobKind, Progress
 from streams.domain.settle import settle
 from streams.errors import ConflictError, HookstreamError
+from streams.services.portal_links import subscription_link
 from streams.services.subscriptions import SubscriptionSource, get_subscription, public_view
 from streams.settings import Settings
 
@@ -219,6 +220,7 @@ def _failed(
         probe_status=probe.status,
         probe_error=probe.error or probe.reason,
         suspended_at=sub.suspended_at,
+        portal_link=subscription_link(settings, sub.id, now / 1000),
     )
     note = to_notification(notice, sub.owner_emails)
     _publish(settings, kept, [(sub.id, codec.encode(note))])

@@ -54,6 +54,8 @@ def test_demo_settles_every_delivery_and_suspends_the_gone_endpoint(kafka_bootst
     assert summary["verified"] >= summary["delivered"]
     assert "sub_demo_gone" in summary["suspended"], summary["suspended"]
     assert any(line.startswith("endpoint.suspended") for line in summary["notices"]), summary
+    # U1: the suspension notice links to the subscription's page in the owner's portal
+    assert summary["portal_link"].startswith("http://127.0.0.1:6067/portal/link?token="), summary
 
 
 def test_demo_reset_deletes_groups_that_hold_offsets(

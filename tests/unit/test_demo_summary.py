@@ -55,7 +55,7 @@ def test_the_command_exits_non_zero_when_the_demo_did_not_settle(
 ) -> None:
     stalled = dataclasses.replace(COMPLETE, settled=False, delivered=30)
 
-    async def fake_run(per_type: int, say: object, keep: bool) -> Summary:
+    async def fake_run(per_type: int, say: object, keep: bool, **_: object) -> Summary:
         return stalled
 
     monkeypatch.setattr(demo_cli, "run_demo", fake_run)
@@ -67,7 +67,7 @@ def test_the_command_exits_non_zero_when_the_demo_did_not_settle(
 
 
 def test_the_command_exits_zero_when_the_demo_worked(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def fake_run(per_type: int, say: object, keep: bool) -> Summary:
+    async def fake_run(per_type: int, say: object, keep: bool, **_: object) -> Summary:
         return COMPLETE
 
     monkeypatch.setattr(demo_cli, "run_demo", fake_run)
