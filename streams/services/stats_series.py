@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from streams.domain.analytics_window import HOUR_MS, span_start
 from streams.domain.analytics_report import Stats, summarise
+from streams.domain.analytics_window import HOUR_MS, span_start
 from streams.domain.models import Subscription
 from streams.services.stats import AnalyticsSource, span_of
 
