@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from streams.domain.backoff import RetryPolicy
-from streams.domain.health import HealthRecord, SuspensionPolicy, apply_outcome
+from streams.domain.health import HealthRecord, apply_outcome
 from streams.domain.models import Delivery, Event, FailureKind, OutcomeClass
+from streams.domain.policy import SuspensionPolicy
 from streams.domain.settle import AttemptResult, settle
 
 URL = "https://hooks.example.com/in"
