@@ -448,7 +448,7 @@ def _failure_of(exc: BaseException) -> TransportError:
     if isinstance(exc, TimeoutError):
         kind = FailureKind.TIMEOUT
     elif isinstance(exc, ssl.SSLError):  # before ValueError: a failed verification is both
-        kind = _os_kind(exc) or FailureKind.TLS_INVALID  # a handshake no retry will mend
+        kind = _os_kind(exc) or FailureKind.TLS_ERROR  # D5: only a wrong certificate is final
     elif isinstance(exc, _ProtocolError | ValueError | UnicodeError):
         kind = FailureKind.PROTOCOL_ERROR
     else:
