@@ -21,6 +21,7 @@ from typing import Any
 from streams.adapters.kafka_admin import apply_topics
 from streams.adapters.kafka_clients import KafkaIOError
 from streams.adapters.local_kafka import LocalKafka
+from streams.adapters.secretbox import local_key
 from streams.domain.models import Subscription
 from streams.services.config import set_policy
 from streams.services.subscriptions import create_subscription
@@ -92,18 +93,21 @@ class Cluster:
         self.config = config
         self._say = say
         run = uuid.uuid4().hex[:8]
-        self.settings = load_settings(
-            kafka_bootstrap=f"127.0.0.1:{config.kafka_port}",
-            topic_prefix=f"chaos{run}.",
-            group_id=f"chaos{run}",
-            data_dir=config.work_dir / "runner",
-            topics_file=REPO / "topics.yaml",
-            allow_private_destinations=True,
-            retry_schedule=config.retry_schedule,
-            retry_window=config.retry_window,
-            breaker_failures=100000,
-            breaker_min_attempts=1000000,
-            **config.extra,
+        # S5: endpoint secrets encrypted at rest under a key generated into the runner's dir
+        self.settings = local_key(
+            load_settings(
+                kafka_bootstrap=f"127.0.0.1:{config.kafka_port}",
+                topic_prefix=f"chaos{run}.",
+                group_id=f"chaos{run}",
+                data_dir=config.work_dir / "runner",
+                topics_file=REPO / "topics.yaml",
+                allow_private_destinations=True,
+                retry_schedule=config.retry_schedule,
+                retry_window=config.retry_window,
+                breaker_failures=100000,
+                breaker_min_attempts=1000000,
+                **config.extra,
+            )
         )
         broker_settings = load_settings(
             kafka_bootstrap=self.settings.kafka_bootstrap, data_dir=config.work_dir / "broker"

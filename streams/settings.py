@@ -149,7 +149,20 @@ class Settings(BaseSettings):
         None, description="Operator API key for the admin API (bearer token)."
     )
     secret_key: SecretStr | None = Field(
-        None, description="Key that encrypts endpoint secrets at rest in Kafka."
+        None,
+        description="Key that encrypts endpoint secrets at rest in Kafka (at least 16 "
+        "characters; 32 random bytes advised). Without it, creating a subscription or "
+        "rotating a secret is refused unless allow_plaintext_secrets is set.",
+    )
+    secret_key_previous: SecretStr | None = Field(
+        None,
+        description="During a key rotation, the key being retired: secrets it sealed still "
+        "open, and new ones are sealed under secret_key (see `hookstream secrets rekey`).",
+    )
+    allow_plaintext_secrets: bool = Field(
+        False,
+        description="Local development only: with no secret_key, store endpoint secrets in "
+        "Kafka unencrypted (a warning is logged) instead of refusing to.",
     )
     allow_private_destinations: bool = Field(
         False,
