@@ -6,6 +6,11 @@ Every record becomes one JSON object on one line: ``ts`` (UTC, ISO 8601), ``leve
 
     log.info("delivered", extra={"delivery_id": did, "subscription_id": sid})
 
+`RepeatedWarning` keeps one kind of warning that can repeat thousands of times a second (an
+invalid event dead-lettered, a consumer error while the broker is away) to one line per
+interval: the first occurrence is logged with its details, the rest are counted and summed up
+in the next line (``repeated``, and the count per ``count_by`` value).
+
 Secrets never reach the output: an extra field whose name looks like a credential (``secret``,
 ``token``, ``password``, ``authorization``, ``api_key``, ...) is replaced by ``"[redacted]"``, and
 pydantic ``SecretStr`` values print masked. Callers must still never put a secret into the message
@@ -17,6 +22,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import IO, Any, Final
 
@@ -93,3 +102,75 @@ def configure_logging(level: str = "INFO", stream: IO[str] | None = None) -> Non
     root.addHandler(handler)
     root.setLevel(level)
     logging.captureWarnings(True)
+
+
+class RepeatedWarning:
+    """One kind of log line, at most one per ``every_s`` seconds, with a count of the rest.
+
+    Call it once per occurrence with the occurrence's ``extra`` fields. The first occurrence
+    (and the first after a quiet interval) is logged at once. Those that follow within
+    ``every_s`` are counted; `flush` (call it from a loop, it is cheap) writes one summary line
+    once the interval has passed: ``"<message> (N times in the last 10s)"`` with ``repeated=N``,
+    the last occurrence's fields, and, with ``count_by``, how many had each value of that field.
+    Thread-safe: lanes call it from their reading threads.
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        message: str,
+        *,
+        every_s: float = 10.0,
+        level: int = logging.WARNING,
+        count_by: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if every_s <= 0:
+            raise ValueError("every_s must be positive")
+        self._logger = logger
+        self._message = message
+        self._every_s = every_s
+        self._level = level
+        self._count_by = count_by
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._quiet_until = float("-inf")
+        self._pending = 0
+        self._by_value: Counter[str] = Counter()
+        self._last: dict[str, Any] = {}
+        self.total = 0
+
+    def __call__(self, **extra: Any) -> None:
+        with self._lock:
+            self.total += 1
+            now = self._clock()
+            if now >= self._quiet_until and self._pending == 0:
+                self._quiet_until = now + self._every_s
+                line: tuple[str, dict[str, Any]] | None = (self._message, extra)
+            else:
+                self._pending += 1
+                if self._count_by is not None:
+                    self._by_value[str(extra.get(self._count_by))] += 1
+                self._last = extra
+                line = self._summary(now)
+        if line is not None:
+            self._logger.log(self._level, line[0], extra=line[1])
+
+    def flush(self, *, force: bool = False) -> None:
+        """Write the summary of what was counted, once the interval has passed (or now)."""
+        with self._lock:
+            line = self._summary(self._clock(), force=force)
+        if line is not None:
+            self._logger.log(self._level, line[0], extra=line[1])
+
+    def _summary(self, now: float, *, force: bool = False) -> tuple[str, dict[str, Any]] | None:
+        if self._pending == 0 or (now < self._quiet_until and not force):
+            return None
+        extra = {**self._last, "repeated": self._pending}
+        if self._count_by is not None:
+            extra[f"{self._count_by}_counts"] = dict(self._by_value)
+        message = f"{self._message} ({self._pending} times in the last {self._every_s:g}s)"
+        self._pending = 0
+        self._by_value.clear()
+        self._quiet_until = now + self._every_s
+        return message, extra
