@@ -88,14 +88,64 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
+#: Libraries whose reconnect loops log a line per attempt while the broker is away (aiokafka's
+#: "Unable connect to node", librdkafka's "Connect to ... failed", routed to "librdkafka").
+NOISY_LIBRARIES: Final = ("aiokafka", "librdkafka", "kafka", "faust.transport")
+
+
+class LibraryThrottle(logging.Filter):
+    """Lets through one record per ``every_s`` of each kind from the `NOISY_LIBRARIES`.
+
+    A kind is the logger and the message template (and its first argument: the node or the
+    facility). The next record let through carries ``suppressed``: how many of its kind were
+    dropped since the last one. hookstream's own records pass untouched.
+    """
+
+    def __init__(
+        self,
+        every_s: float = 5.0,
+        prefixes: tuple[str, ...] = NOISY_LIBRARIES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self._every_s = every_s
+        self._prefixes = prefixes
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._next: dict[tuple[str, str, str], float] = {}
+        self._dropped: Counter[tuple[str, str, str]] = Counter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        name = record.name
+        if not any(name == p or name.startswith(p + ".") for p in self._prefixes):
+            return True
+        args = record.args if isinstance(record.args, tuple) else ()
+        key = (name, str(record.msg), str(args[0]) if args else "")
+        now = self._clock()
+        with self._lock:
+            if now < self._next.get(key, float("-inf")):
+                self._dropped[key] += 1
+                return False
+            if len(self._next) > 4096:  # bounded, whatever the libraries put in their messages
+                self._next.clear()
+                self._dropped.clear()
+            self._next[key] = now + self._every_s
+            dropped = self._dropped.pop(key, 0)
+        if dropped:
+            record.suppressed = dropped
+        return True
+
+
 def configure_logging(level: str = "INFO", stream: IO[str] | None = None) -> None:
     """Send every log record of the process, hookstream's and its libraries', as JSON lines.
 
     Replaces the root logger's handlers, so call it once, at an entry point. Python warnings are
-    routed through logging too, so they come out as JSON instead of raw stderr text.
+    routed through logging too, so they come out as JSON instead of raw stderr text. The
+    libraries' repeated lines are throttled (`LibraryThrottle`).
     """
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(JsonFormatter())
+    handler.addFilter(LibraryThrottle())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -37,6 +37,7 @@ DURATION_FIELDS: Final = (
     "breaker_max_cooldown",
     "agent_fetch_wait",
     "producer_linger",
+    "shutdown_deadline",
 )
 
 
@@ -139,6 +140,14 @@ class Settings(BaseSettings):
         description="The delivery HTTP client: h1 (hookstream's keep-alive HTTP/1.1 client on "
         "llhttp, about a third of aiohttp's CPU per request) or aiohttp. Both keep one "
         "contract; see docs/benchmarks.md.",
+    )
+    shutdown_deadline: Annotated[float, NoDecode] = Field(
+        8.0,
+        gt=0,
+        le=300,
+        description="How long a worker may take to stop after SIGTERM/SIGINT before it exits "
+        "anyway (e.g. with the broker unreachable, nothing can be committed). Work it had not "
+        "committed is done again by the next owner of its partitions (at-least-once, D1).",
     )
     log_level: str = Field(
         "INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$", description="Log level."

@@ -45,7 +45,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 
 from streams import metrics
 from streams.adapters.kafka_admin import load_topology
-from streams.adapters.kafka_clients import KafkaIOError
+from streams.adapters.kafka_clients import LIBRDKAFKA_LOG, KafkaIOError
 from streams.domain.durations import format_duration
 from streams.settings import Settings
 
@@ -152,7 +152,11 @@ class LagReader:
         self._max_age_probes = max_age_probes
         self._age_timeout_s = age_timeout_s
         self._admin = AdminClient(
-            {"bootstrap.servers": settings.kafka_bootstrap, "socket.timeout.ms": 10000}
+            {
+                "bootstrap.servers": settings.kafka_bootstrap,
+                "socket.timeout.ms": 10000,
+                "logger": LIBRDKAFKA_LOG,  # type: ignore[dict-item]  # the stub omits it
+            }
         )
 
     def groups(self) -> list[str]:
@@ -260,6 +264,7 @@ class LagReader:
         consumer = Consumer(
             {
                 "bootstrap.servers": self._settings.kafka_bootstrap,
+                "logger": LIBRDKAFKA_LOG,
                 # never joins this group and never commits: it only reads by assignment
                 "group.id": f"{self._settings.group_id}.lag-probe",
                 "enable.auto.commit": False,
