@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "stats": "streams.cli.stats:stats",
     "replay": "streams.cli.replay:replay",
     "health": "streams.cli.health:health",
+    "secrets": "streams.cli.secrets:secrets",
 }
 
 

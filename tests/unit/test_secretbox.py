@@ -67,8 +67,23 @@ def test_registry_decrypts_on_read_and_refuses_wrong_key(tmp_path: Any) -> None:
     wrong = SubscriptionRegistry(
         load_settings(secret_key="another-key-of-enough-length-002", data_dir=tmp_path)
     )
+    wrong.apply(b"sub_1", codec.encode(stored))  # while catching up a later record may win
     with pytest.raises(ConfigError, match="HOOKSTREAM_SECRET_KEY"):
-        wrong.apply(b"sub_1", codec.encode(stored))
+        wrong._on_caught_up()  # it did not: the latest record is one this key cannot open
+    with pytest.raises(ConfigError, match="HOOKSTREAM_SECRET_KEY"):
+        wrong.apply(b"sub_1", codec.encode(stored))  # once caught up, at once
+
+
+def test_S5_a_record_the_key_cannot_open_is_superseded_by_a_later_one(tmp_path: Any) -> None:
+    """S5: during a key rotation the log still holds records under the old key; the rewrite
+    under the new key that follows them is what counts."""
+    sub = Subscription("sub_1", "acme", "", "https://x.test/", ("*",), (Secret(SECRET, 5),))
+    new_key = "the-new-key-of-enough-length-003"
+    registry = SubscriptionRegistry(load_settings(secret_key=new_key, data_dir=tmp_path))
+    registry.apply(b"sub_1", codec.encode(seal_secrets(SecretBox(KEY), sub)))
+    registry.apply(b"sub_1", codec.encode(seal_secrets(SecretBox(new_key), sub)))
+    registry._on_caught_up()
+    assert registry.get("sub_1") == sub
 
 
 # --- S5: encrypted by default --------------------------------------------------------------------
