@@ -9,6 +9,7 @@ workers as real ``hookstream worker`` processes (``kill()`` is ``kill -9``).
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import time
@@ -49,13 +50,18 @@ class ClusterConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+#: Broker ports come from below Linux's ephemeral range (32768-60999 by default): a port the
+#: kernel hands to some outgoing connection while the broker is stopped would keep it from
+#: binding again on restart ("kafka exited during startup ... bind").
+_PORT_RANGE = (20000, 32000)
+
+
 def free_port_pair() -> int:
-    """A port p such that p and p+1 are both free on loopback now."""
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port: int = sock.getsockname()[1]
-        if port < 65000 and _free(port) and _free(port + 1):
+    """A port p outside the ephemeral range such that p and p+1 are both free on loopback."""
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(*_PORT_RANGE)
+        if _free(port) and _free(port + 1):
             return port
     raise RuntimeError("no free pair of loopback ports")
 
