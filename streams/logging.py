@@ -9,7 +9,8 @@ Every record becomes one JSON object on one line: ``ts`` (UTC, ISO 8601), ``leve
 `RepeatedWarning` keeps one kind of warning that can repeat thousands of times a second (an
 invalid event dead-lettered, a consumer error while the broker is away) to one line per
 interval: the first occurrence is logged with its details, the rest are counted and summed up
-in the next line (``repeated``, and the count per ``count_by`` value).
+in the next line (``repeated``, and the count per ``count_by`` value). `LibraryThrottle` does
+the same for the Kafka libraries' own warnings, one line per library and interval.
 
 Secrets never reach the output: an extra field whose name looks like a credential (``secret``,
 ``token``, ``password``, ``authorization``, ``api_key``, ...) is replaced by ``"[redacted]"``, and
@@ -94,16 +95,18 @@ NOISY_LIBRARIES: Final = ("aiokafka", "librdkafka", "kafka", "faust.transport")
 
 
 class LibraryThrottle(logging.Filter):
-    """Lets through one record per ``every_s`` of each kind from the `NOISY_LIBRARIES`.
+    """Lets through one warning (or worse) per ``every_s`` from each of the `NOISY_LIBRARIES`.
 
-    A kind is the logger and the message template (and its first argument: the node or the
-    facility). The next record let through carries ``suppressed``: how many of its kind were
-    dropped since the last one. hookstream's own records pass untouched.
+    While the broker is away every client of every library reports each failed reconnect, in
+    several wordings; they all say the same thing, so one line per library and interval is
+    kept, and it carries ``suppressed``: how many of that library's warnings were dropped since
+    the line before. Their INFO lines (group joins, assignments) and hookstream's own records
+    pass untouched.
     """
 
     def __init__(
         self,
-        every_s: float = 5.0,
+        every_s: float = 10.0,
         prefixes: tuple[str, ...] = NOISY_LIBRARIES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -112,25 +115,23 @@ class LibraryThrottle(logging.Filter):
         self._prefixes = prefixes
         self._clock = clock
         self._lock = threading.Lock()
-        self._next: dict[tuple[str, str, str], float] = {}
-        self._dropped: Counter[tuple[str, str, str]] = Counter()
+        self._next: dict[str, float] = {}
+        self._dropped: Counter[str] = Counter()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        name = record.name
-        if not any(name == p or name.startswith(p + ".") for p in self._prefixes):
+        if record.levelno < logging.WARNING:
             return True
-        args = record.args if isinstance(record.args, tuple) else ()
-        key = (name, str(record.msg), str(args[0]) if args else "")
+        name = record.name
+        library = next((p for p in self._prefixes if name == p or name.startswith(p + ".")), None)
+        if library is None:
+            return True
         now = self._clock()
         with self._lock:
-            if now < self._next.get(key, float("-inf")):
-                self._dropped[key] += 1
+            if now < self._next.get(library, float("-inf")):
+                self._dropped[library] += 1
                 return False
-            if len(self._next) > 4096:  # bounded, whatever the libraries put in their messages
-                self._next.clear()
-                self._dropped.clear()
-            self._next[key] = now + self._every_s
-            dropped = self._dropped.pop(key, 0)
+            self._next[library] = now + self._every_s
+            dropped = self._dropped.pop(library, 0)
         if dropped:
             record.suppressed = dropped
         return True

@@ -82,6 +82,8 @@ class BrokerWatch:
             self._admin.list_topics(timeout=3)
         except KafkaException:
             return False
+        finally:
+            self._admin.poll(0)  # serves the client's log lines (they wait on its queue)
         return True
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -27,7 +27,6 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 
-from streams.adapters.kafka_clients import LIBRDKAFKA_LOG
 from streams.domain.topology import (
     ConfigAlter,
     PartitionIncrease,
@@ -125,11 +124,7 @@ class TopicAdmin:
     def __init__(self, settings: Settings) -> None:
         self._bootstrap = settings.kafka_bootstrap
         self._client = AdminClient(
-            {
-                "bootstrap.servers": settings.kafka_bootstrap,
-                "socket.timeout.ms": 10000,
-                "logger": LIBRDKAFKA_LOG,  # type: ignore[dict-item]  # the stub omits it
-            }
+            {"bootstrap.servers": settings.kafka_bootstrap, "socket.timeout.ms": 10000}
         )
 
     def describe(self, full_names: Iterable[str]) -> dict[str, TopicState]:

@@ -152,11 +152,7 @@ class LagReader:
         self._max_age_probes = max_age_probes
         self._age_timeout_s = age_timeout_s
         self._admin = AdminClient(
-            {
-                "bootstrap.servers": settings.kafka_bootstrap,
-                "socket.timeout.ms": 10000,
-                "logger": LIBRDKAFKA_LOG,  # type: ignore[dict-item]  # the stub omits it
-            }
+            {"bootstrap.servers": settings.kafka_bootstrap, "socket.timeout.ms": 10000}
         )
 
     def groups(self) -> list[str]:

@@ -51,19 +51,23 @@ def _record(name: str, msg: str, *args: Any) -> logging.LogRecord:
     return logging.LogRecord(name, logging.ERROR, __file__, 1, msg, args, None)
 
 
-def test_O4_library_lines_of_one_kind_pass_once_per_interval_with_a_count() -> None:
+def test_O4_library_warnings_pass_once_per_interval_per_library_with_a_count() -> None:
     clock = Clock()
-    throttle = LibraryThrottle(every_s=5.0, clock=clock)
+    throttle = LibraryThrottle(every_s=10.0, clock=clock)
     passed = []
-    for n in range(1000):  # aiokafka's reconnect loop: 1000 lines in 10 s
+    for n in range(2000):  # aiokafka's reconnect loop, in two wordings: 2000 lines in 20 s
         clock.now = n / 100
-        record = _record("aiokafka", "Unable connect to node with id %s: %s", 1, "refused")
+        msg = "Unable connect to node with id %s: %s" if n % 2 else "Unable to update metadata"
+        record = _record("aiokafka.conn", msg, 1, "refused")
         if throttle.filter(record):
             passed.append(record)
     assert len(passed) == 2
-    assert passed[1].__dict__["suppressed"] == 499
-    # another kind (another node), and hookstream's own lines, are not held back by it
-    assert throttle.filter(_record("aiokafka", "Unable connect to node with id %s: %s", 2, "x"))
+    assert passed[1].__dict__["suppressed"] == 999
+    # another library has its own interval; INFO lines and hookstream's own lines pass
+    assert throttle.filter(_record("librdkafka", "%s [%s] %s", "FAIL", "c", "refused"))
+    info = _record("aiokafka.consumer.group_coordinator", "Joined group %s", "g")
+    info.levelno = logging.INFO
+    assert throttle.filter(info)
     assert all(throttle.filter(_record("streams.lanes.router", "routed %s", n)) for n in range(50))
 
 
