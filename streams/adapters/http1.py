@@ -6,8 +6,7 @@ written in one call, and a response parsed by llhttp (``httptools``, as in uvico
 asyncio protocols. It keeps the `Transport` contract of `streams.adapters.http` to the letter:
 
 - every status comes back as a response; redirects are never followed;
-- a failure below HTTP raises `TransportError` with a `FailureKind` (`_failure_of` is the one
-  place that maps exceptions);
+- a failure below HTTP raises `TransportError` with a `FailureKind` (mapped in `_failure_of`);
 - the body is read up to ``body_cap`` bytes and never decoded; a longer body, or one cut short,
   never goes back to the pool; ``timeout_s`` bounds the whole exchange (pool wait, DNS,
   connection, TLS handshake, request and response);
