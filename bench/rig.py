@@ -28,6 +28,7 @@ from streams.adapters import codec
 from streams.adapters.ingest import encode_json_event
 from streams.adapters.kafka_admin import TopicAdmin, apply_topics, delete_topics
 from streams.adapters.kafka_clients import make_producer
+from streams.adapters.secretbox import local_key
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import Event, Secret, Subscription
 from streams.domain.signing import generate_secret
@@ -74,16 +75,19 @@ class Rig:
         self.receiver = receiver
         self.run_id = uuid.uuid4().hex[:10]
         prefix = f"bench{self.run_id}."
-        self.settings: Settings = load_settings(
-            kafka_bootstrap=config.bootstrap,
-            topic_prefix=prefix,
-            group_id=prefix.rstrip("."),
-            data_dir=workdir / f"data-{self.run_id}",
-            topics_file=REPO / "topics.yaml",
-            web_port=free_port(),
-            allow_private_destinations=True,
-            dispatch_concurrency=config.concurrency,
-            dispatch_batch_size=config.batch_size,
+        # S5: endpoint secrets encrypted under a key generated into the run's data dir
+        self.settings: Settings = local_key(
+            load_settings(
+                kafka_bootstrap=config.bootstrap,
+                topic_prefix=prefix,
+                group_id=prefix.rstrip("."),
+                data_dir=workdir / f"data-{self.run_id}",
+                topics_file=REPO / "topics.yaml",
+                web_port=free_port(),
+                allow_private_destinations=True,
+                dispatch_concurrency=config.concurrency,
+                dispatch_batch_size=config.batch_size,
+            )
         )
         self.workdir = workdir
         self.sub_ids: list[str] = []

@@ -58,6 +58,8 @@ def worker_env(settings: Settings, extra: dict[str, str]) -> dict[str, str]:
             **extra,
         }
     )
+    if settings.secret_key is not None:
+        env["HOOKSTREAM_SECRET_KEY"] = settings.secret_key.get_secret_value()
     return env
 
 

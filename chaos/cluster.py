@@ -9,6 +9,7 @@ workers as real ``hookstream worker`` processes (``kill()`` is ``kill -9``).
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import time
@@ -21,6 +22,7 @@ from typing import Any
 from streams.adapters.kafka_admin import apply_topics
 from streams.adapters.kafka_clients import KafkaIOError
 from streams.adapters.local_kafka import LocalKafka
+from streams.adapters.secretbox import local_key
 from streams.domain.models import Subscription
 from streams.services.config import set_policy
 from streams.services.subscriptions import create_subscription
@@ -48,13 +50,18 @@ class ClusterConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+#: Broker ports come from below Linux's ephemeral range (32768-60999 by default): a port the
+#: kernel hands to some outgoing connection while the broker is stopped would keep it from
+#: binding again on restart ("kafka exited during startup ... bind").
+_PORT_RANGE = (20000, 32000)
+
+
 def free_port_pair() -> int:
-    """A port p such that p and p+1 are both free on loopback now."""
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port: int = sock.getsockname()[1]
-        if port < 65000 and _free(port) and _free(port + 1):
+    """A port p outside the ephemeral range such that p and p+1 are both free on loopback."""
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(*_PORT_RANGE)
+        if _free(port) and _free(port + 1):
             return port
     raise RuntimeError("no free pair of loopback ports")
 
@@ -92,18 +99,21 @@ class Cluster:
         self.config = config
         self._say = say
         run = uuid.uuid4().hex[:8]
-        self.settings = load_settings(
-            kafka_bootstrap=f"127.0.0.1:{config.kafka_port}",
-            topic_prefix=f"chaos{run}.",
-            group_id=f"chaos{run}",
-            data_dir=config.work_dir / "runner",
-            topics_file=REPO / "topics.yaml",
-            allow_private_destinations=True,
-            retry_schedule=config.retry_schedule,
-            retry_window=config.retry_window,
-            breaker_failures=100000,
-            breaker_min_attempts=1000000,
-            **config.extra,
+        # S5: endpoint secrets encrypted at rest under a key generated into the runner's dir
+        self.settings = local_key(
+            load_settings(
+                kafka_bootstrap=f"127.0.0.1:{config.kafka_port}",
+                topic_prefix=f"chaos{run}.",
+                group_id=f"chaos{run}",
+                data_dir=config.work_dir / "runner",
+                topics_file=REPO / "topics.yaml",
+                allow_private_destinations=True,
+                retry_schedule=config.retry_schedule,
+                retry_window=config.retry_window,
+                breaker_failures=100000,
+                breaker_min_attempts=1000000,
+                **config.extra,
+            )
         )
         broker_settings = load_settings(
             kafka_bootstrap=self.settings.kafka_bootstrap, data_dir=config.work_dir / "broker"

@@ -104,10 +104,10 @@ KUBECONFORM_ARGS=(-strict -summary -output text
   -schema-location "$ROOT/deploy/schemas/crds/{{.ResourceKind}}{{.KindSuffix}}.json")
 
 declare -A PROFILES=(
-  [default]=""
+  [default]="--set secrets.secretKey=validate-secret-key-0123456789"
   [production]="-f helm/values-production.yaml"
   [hpa-existing-secret]="--set hpa.enabled=true --set secrets.existingSecret=hs --set persistence.enabled=false --set serviceMonitor.enabled=false"
-  [secrets-inline]="--set secrets.adminToken=t --set secrets.secretKey=k --set secrets.smtpUrl=smtp://mail:25 --set topics.partitions=24"
+  [secrets-inline]="--set secrets.adminToken=t --set secrets.secretKey=inline-secret-key-0123456789 --set secrets.smtpUrl=smtp://mail:25 --set topics.partitions=24"
 )
 for profile in default production hpa-existing-secret secrets-inline; do
   # shellcheck disable=SC2086  # each profile is a list of helm flags
@@ -133,7 +133,13 @@ fi
 if "$HELM" template hookstream "$CHART" --kube-version "$KUBE_VERSION" --set keda.enabled=true --set hpa.enabled=true >/dev/null 2>&1; then
   die "KEDA and an HPA together were accepted"
 fi
-echo "  ok   both refused"
+if "$HELM" template hookstream "$CHART" --kube-version "$KUBE_VERSION" >/dev/null 2>&1; then
+  die "the chart rendered without secrets.secretKey or secrets.existingSecret (SPEC S5)"
+fi
+if "$HELM" template hookstream "$CHART" --kube-version "$KUBE_VERSION" --set secrets.secretKey=short >/dev/null 2>&1; then
+  die "a secret key under 16 characters was accepted"
+fi
+echo "  ok   all refused (a plain secret setting, KEDA with an HPA, no secret key, a short key)"
 
 # --- the validators themselves ---------------------------------------------------------------
 # Broken inputs must fail, so a green run means the schemas really are enforced.

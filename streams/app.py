@@ -22,14 +22,19 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
+import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import faust
 import uvloop
+from mode import Service
 
 from streams.adapters import agent_fetch
+from streams.adapters.broker_watch import BrokerWatch
 from streams.adapters.gc_pauses import watch_gc_pauses
 from streams.adapters.kafka_admin import TopicAdmin
 from streams.adapters.lag import lag_component
@@ -116,8 +121,24 @@ def _table_classes(settings: Settings) -> dict[str, Any]:
 
 
 def register_probes(app: faust.App, settings: Settings) -> None:
-    """``/healthz`` (the process serves requests) and ``/readyz`` (see `readiness`)."""
-    del settings  # probes need no settings; the parameter keeps the component signature
+    """``/healthz`` (the process serves requests) and ``/readyz`` (see `readiness`), and the
+    `BrokerWatch` that readiness consults."""
+    watch = BrokerWatch(settings)
+    app.hookstream_broker = watch  # type: ignore[attr-defined]  # hookstream's own attribute
+
+    class BrokerWatchService(Service):
+        _stop: asyncio.Event
+        _task: asyncio.Task[None]
+
+        async def on_start(self) -> None:
+            self._stop = asyncio.Event()
+            self._task = asyncio.create_task(watch.run(self._stop))
+
+        async def on_stop(self) -> None:
+            self._stop.set()
+            self._task.cancel()
+
+    app.service(BrokerWatchService)
 
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
@@ -229,8 +250,9 @@ def run_worker(app: faust.App, settings: Settings) -> None:
     configure_logging(settings.log_level)
     settings.tables_dir.mkdir(parents=True, exist_ok=True)
     declare_changelogs(app, settings)
-    worker = faust.Worker(
+    worker = _Worker(
         app,
+        deadline_s=settings.shutdown_deadline,
         loglevel=settings.log_level,
         quiet=True,
         redirect_stdouts=False,
@@ -248,3 +270,42 @@ def run_worker(app: faust.App, settings: Settings) -> None:
     except SystemExit as exc:  # mode always exits; a clean stop is a normal return for callers
         if exc.code not in (0, None):
             raise
+
+
+class _Worker(faust.Worker):
+    """faust's worker with one stop deadline (STYLE 5).
+
+    With the broker unreachable, aiokafka and the lanes wait on it for a minute and more while
+    stopping. After ``deadline_s`` from the signal the process exits anyway, with status 0 (a
+    stop was asked for); what it had not committed is redone by the next owner (D1).
+    """
+
+    def __init__(self, *args: Any, deadline_s: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline_s = deadline_s
+        self._deadline: threading.Timer | None = None
+
+    def _arm_deadline(self) -> None:
+        if self._deadline is None:
+            timer = threading.Timer(self._deadline_s, _exit_after_deadline, (self._deadline_s,))
+            timer.daemon = True
+            timer.start()
+            self._deadline = timer
+
+    # mode installs these as the loop's signal handlers; they only schedule the stop
+    def _on_sigterm(self) -> None:
+        self._arm_deadline()
+        super()._on_sigterm()
+
+    def _on_sigint(self) -> None:
+        self._arm_deadline()
+        super()._on_sigint()
+
+
+def _exit_after_deadline(deadline_s: float) -> None:
+    logging.getLogger(__name__).warning(
+        "the worker did not stop within its deadline; exiting now (uncommitted work is redone)",
+        extra={"shutdown_deadline_s": deadline_s},
+    )
+    logging.shutdown()
+    os._exit(0)

@@ -55,7 +55,7 @@ DEFER_REASONS: Final = frozenset({"breaker_open", "rate_limited", "max_in_flight
 CHANNELS: Final = frozenset({"email", "webhook"})
 DECREASE_REASONS: Final = frozenset({"overload", "latency"})
 SENT_OUTCOMES: Final = frozenset({"sent", "failed"})
-READINESS_CHECKS: Final = ("joined", "assigned", "rebalancing", "recovering", "ready")
+READINESS_CHECKS: Final = ("joined", "assigned", "rebalancing", "recovering", "broker", "ready")
 UNKNOWN: Final = "unknown"
 OTHER: Final = "other"
 #: Distinct free-form reasons kept per metric before new ones are counted as ``other``.

@@ -38,6 +38,7 @@ DURATION_FIELDS: Final = (
     "agent_fetch_wait",
     "producer_linger",
     "portal_link_ttl",
+    "shutdown_deadline",
 )
 
 
@@ -141,6 +142,14 @@ class Settings(BaseSettings):
         "llhttp, about a third of aiohttp's CPU per request) or aiohttp. Both keep one "
         "contract; see docs/benchmarks.md.",
     )
+    shutdown_deadline: Annotated[float, NoDecode] = Field(
+        8.0,
+        gt=0,
+        le=300,
+        description="How long a worker may take to stop after SIGTERM/SIGINT before it exits "
+        "anyway (e.g. with the broker unreachable, nothing can be committed). Work it had not "
+        "committed is done again by the next owner of its partitions (at-least-once, D1).",
+    )
     log_level: str = Field(
         "INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$", description="Log level."
     )
@@ -150,7 +159,20 @@ class Settings(BaseSettings):
         None, description="Operator API key for the admin API (bearer token)."
     )
     secret_key: SecretStr | None = Field(
-        None, description="Key that encrypts endpoint secrets at rest in Kafka."
+        None,
+        description="Key that encrypts endpoint secrets at rest in Kafka (at least 16 "
+        "characters; 32 random bytes advised). Without it, creating a subscription or "
+        "rotating a secret is refused unless allow_plaintext_secrets is set.",
+    )
+    secret_key_previous: SecretStr | None = Field(
+        None,
+        description="During a key rotation, the key being retired: secrets it sealed still "
+        "open, and new ones are sealed under secret_key (see `hookstream secrets rekey`).",
+    )
+    allow_plaintext_secrets: bool = Field(
+        False,
+        description="Local development only: with no secret_key, store endpoint secrets in "
+        "Kafka unencrypted (a warning is logged) instead of refusing to.",
     )
     allow_private_destinations: bool = Field(
         False,

@@ -27,6 +27,8 @@ pytest_plugins = ["tests.receivers", "tests.smtp_server"]  # real local HTTP and
 
 BOOTSTRAP = os.environ.get("HOOKSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 REPO = Path(__file__).resolve().parent.parent
+#: The key that encrypts endpoint secrets in integration tests (S5); `settings_env` passes it on.
+TEST_SECRET_KEY = "hookstream-tests-" + uuid.uuid4().hex
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +66,8 @@ def make_settings(
             "data_dir": tmp_path / "data",
             "topics_file": REPO / "topics.yaml",
             "allow_private_destinations": True,
+            # S5: secrets are encrypted by default; tests use a key of their own
+            "secret_key": TEST_SECRET_KEY,
         }
         values.update(overrides)
         return load_settings(**values)

@@ -102,8 +102,8 @@ def _os_kind(exc: BaseException) -> FailureKind | None:
         if isinstance(seen, socket.gaierror):
             no_host = seen.errno in _NO_SUCH_HOST
             return FailureKind.DNS_NXDOMAIN if no_host else FailureKind.DNS_TEMPORARY
-        if isinstance(seen, ssl.SSLCertVerificationError | ssl.CertificateError):
-            return FailureKind.TLS_INVALID
+        if isinstance(seen, ssl.SSLError):
+            return _tls_kind(seen)
         if isinstance(seen, ConnectionRefusedError):
             return FailureKind.CONNECT_REFUSED
         if isinstance(seen, _RESET_ERRORS):
@@ -112,6 +112,16 @@ def _os_kind(exc: BaseException) -> FailureKind | None:
             return FailureKind.TIMEOUT
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def _tls_kind(exc: ssl.SSLError) -> FailureKind:
+    """D5 for TLS: a wrong certificate is permanent; a handshake cut short or refused otherwise
+    is retryable (see `streams.domain.classify`)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):  # untrusted, expired, another host's
+        return FailureKind.TLS_INVALID
+    if isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError):  # closed mid-handshake
+        return FailureKind.CONNECTION_RESET
+    return FailureKind.TLS_ERROR  # an alert, plain HTTP on a TLS port, a broken record
 
 
 def _failure(kind: FailureKind, exc: BaseException) -> TransportError:
@@ -135,7 +145,7 @@ def _aiohttp_connect_kind(exc: aiohttp.ClientConnectorError) -> FailureKind:
     if kind is not None:
         return kind
     if isinstance(exc, aiohttp.ClientSSLError):
-        return FailureKind.TLS_INVALID  # a handshake that no retry will mend
+        return FailureKind.TLS_ERROR  # a TLS failure that is not the certificate's
     return FailureKind.CONNECT_REFUSED  # unreachable network or host: no connection was made
 
 

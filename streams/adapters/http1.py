@@ -1,29 +1,23 @@
 """`H1Transport`: a lean HTTP/1.1 client for the delivery hot path (SPEC D5, P1, §5).
 
-A delivery is one POST of a small body to an origin that is usually reused many times a second,
-so hookstream needs a small part of a general HTTP client: keep-alive connections pooled per
-origin, a request head written in one call, and a response parsed by llhttp (through
-``httptools``, the parser uvicorn uses). This module is that part and nothing else, on plain
+A delivery is one POST of a small body to an origin reused many times a second, so hookstream
+needs a small part of an HTTP client: keep-alive connections pooled per origin, a request head
+written in one call, and a response parsed by llhttp (``httptools``, as in uvicorn), on plain
 asyncio protocols. It keeps the `Transport` contract of `streams.adapters.http` to the letter:
 
 - every status comes back as a response; redirects are never followed;
-- a failure below HTTP raises `TransportError` with a `FailureKind` (`_failure_of` is the one
-  place that maps exceptions);
+- a failure below HTTP raises `TransportError` with a `FailureKind` (mapped in `_failure_of`);
 - the body is read up to ``body_cap`` bytes and never decoded; a longer body, or one cut short,
-  never goes back to the pool; ``timeout_s`` bounds the whole exchange: the pool wait, DNS,
-  the connection, the TLS handshake, the request and the whole response.
+  never goes back to the pool; ``timeout_s`` bounds the whole exchange (pool wait, DNS,
+  connection, TLS handshake, request and response);
+- addresses come from an aiohttp-style resolver, which the SSRF guard vetoes (as for aiohttp).
 
-Addresses come from an aiohttp-style resolver, so the SSRF guard (`streams.adapters.ssrf`)
-vetoes them before a connection is made, exactly as it does for `AiohttpTransport`.
-
-One behaviour differs from aiohttp: a request sent on a pooled connection that the peer had
-already closed (it hangs up or resets before one byte of the answer) is sent once more on a
-new connection. That is the race every keep-alive client meets when a receiver drops idle
-connections; the receiver saw no complete request, or, at worst, a copy that the webhook-id
-lets it drop (D2). A fresh connection is never retried.
-
-Why it exists: ``python -m bench.http_clients`` measures it against aiohttp on the same receiver
-and loop (docs/benchmarks.md, "HTTP/1.1 client").
+One behaviour differs from aiohttp: a request sent on a pooled connection the peer had already
+closed (it hangs up or resets before one byte of the answer) is sent once more on a new
+connection, the race every keep-alive client meets when a receiver drops idle connections; the
+receiver saw no complete request, or at worst a copy its webhook-id lets it drop (D2). A fresh
+connection is never retried. ``python -m bench.http_clients`` measures it against aiohttp
+(docs/benchmarks.md, "HTTP/1.1 client").
 """
 
 from __future__ import annotations
@@ -448,7 +442,7 @@ def _failure_of(exc: BaseException) -> TransportError:
     if isinstance(exc, TimeoutError):
         kind = FailureKind.TIMEOUT
     elif isinstance(exc, ssl.SSLError):  # before ValueError: a failed verification is both
-        kind = _os_kind(exc) or FailureKind.TLS_INVALID  # a handshake no retry will mend
+        kind = _os_kind(exc) or FailureKind.TLS_ERROR  # D5: only a wrong certificate is final
     elif isinstance(exc, _ProtocolError | ValueError | UnicodeError):
         kind = FailureKind.PROTOCOL_ERROR
     else:

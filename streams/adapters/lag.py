@@ -45,7 +45,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 
 from streams.adapters import lag_metrics
 from streams.adapters.kafka_admin import load_topology
-from streams.adapters.kafka_clients import KafkaIOError
+from streams.adapters.kafka_clients import LIBRDKAFKA_LOG, KafkaIOError
 from streams.domain.durations import format_duration
 from streams.settings import Settings
 
@@ -260,6 +260,7 @@ class LagReader:
         consumer = Consumer(
             {
                 "bootstrap.servers": self._settings.kafka_bootstrap,
+                "logger": LIBRDKAFKA_LOG,
                 # never joins this group and never commits: it only reads by assignment
                 "group.id": f"{self._settings.group_id}.lag-probe",
                 "enable.auto.commit": False,

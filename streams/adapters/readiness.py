@@ -17,13 +17,16 @@ def readiness(app: faust.App) -> dict[str, bool]:
     partitions the extra ones are idle but still serve the admin API (SPEC X4). An app with
     nothing to consume (``producer_only``) is ready as soon as it serves.
     """
+    watch = getattr(app, "hookstream_broker", None)
+    broker = watch is None or watch.up  # the broker answers (`BrokerWatch`)
     if app.producer_only:
         return {
             "joined": False,
             "assigned": False,
             "rebalancing": False,
             "recovering": False,
-            "ready": True,
+            "broker": broker,
+            "ready": broker,
         }
     manager = cast(TableManager, app.tables)  # the interface type omits `recovery`
     joined = manager.recovery.completed.is_set()
@@ -35,7 +38,12 @@ def readiness(app: faust.App) -> dict[str, bool]:
     }
     pipeline = getattr(app, "hookstream_pipeline", None)
     state["lanes"] = pipeline is None or pipeline.registry.ready.is_set()
+    state["broker"] = broker
     state["ready"] = (
-        joined and not state["rebalancing"] and not state["recovering"] and state["lanes"]
+        joined
+        and not state["rebalancing"]
+        and not state["recovering"]
+        and state["lanes"]
+        and broker
     )
     return state

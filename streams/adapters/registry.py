@@ -31,7 +31,7 @@ from streams.adapters.runtime_config import CONFIG_PREFIX, RuntimeConfig
 from streams.adapters.secretbox import SecretBox
 from streams.domain.filters import SubscriptionIndex
 from streams.domain.models import Secret, Subscription, SubscriptionStatus
-from streams.errors import DecodeError, HookstreamError
+from streams.errors import ConfigError, DecodeError, HookstreamError
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -89,8 +89,12 @@ class CompactedTopicView(ABC):
                 self._poll(consumer, 0.2)
             if self._targets:
                 raise HookstreamError(f"timed out reading {self._topic}")
+            self._on_caught_up()
         finally:
             consumer.close()
+
+    def _on_caught_up(self) -> None:  # noqa: B027  # a hook; most views need nothing here
+        """Called once the view has read the topic up to where it ended when it started."""
 
     async def run(self, stop: asyncio.Event) -> None:
         """Follow the topic until ``stop`` is set; `ready` is set once caught up."""
@@ -101,6 +105,7 @@ class CompactedTopicView(ABC):
             while not stop.is_set():
                 await loop.run_in_executor(None, self._poll, consumer, 0.2)
                 if not self._targets and not self.ready.is_set():
+                    self._on_caught_up()
                     log.info("%s caught up", self._topic)
                     self.ready.set()
         finally:
@@ -116,6 +121,10 @@ class SubscriptionRegistry(CompactedTopicView):
         self._subs: dict[str, Subscription] = {}
         self._index = SubscriptionIndex()
         self._box = SecretBox.from_settings(settings)
+        # Records this key cannot open, by subscription, while catching up: a later record of
+        # the same subscription (a key rotation's rewrite) supersedes them (S5).
+        self._unopened: dict[str, ConfigError] = {}
+        self._caught_up = False
         self._listeners: list[Callable[[Subscription | None, Subscription], None]] = []
 
     def on_change(self, listener: Callable[[Subscription | None, Subscription], None]) -> None:
@@ -147,6 +156,7 @@ class SubscriptionRegistry(CompactedTopicView):
             return
         if value is None:
             self._subs.pop(sub_id, None)
+            self._unopened.pop(sub_id, None)
             self._index.remove(sub_id)
             return
         try:
@@ -157,7 +167,14 @@ class SubscriptionRegistry(CompactedTopicView):
                 extra={"subscription_id": sub_id, "error": str(exc)},
             )
             return
-        sub = open_secrets(self._box, sub)  # a wrong key raises ConfigError: never garbage
+        try:
+            sub = open_secrets(self._box, sub)  # a wrong key raises ConfigError: never garbage
+        except ConfigError as exc:
+            if self._caught_up:
+                raise
+            self._unopened[sub_id] = exc
+            return
+        self._unopened.pop(sub_id, None)
         old = self._subs.get(sub.id)
         self._subs[sub.id] = sub
         self._index.upsert(
@@ -168,6 +185,11 @@ class SubscriptionRegistry(CompactedTopicView):
                 listener(old, sub)
             except Exception:  # one listener's bug must not stop the registry's reading
                 log.exception("subscription listener failed", extra={"subscription_id": sub.id})
+
+    def _on_caught_up(self) -> None:
+        self._caught_up = True
+        for error in self._unopened.values():
+            raise error  # the latest record of a subscription: this key cannot open it
 
 
 def seal_secrets(box: SecretBox, sub: Subscription) -> Subscription:

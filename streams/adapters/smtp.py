@@ -24,6 +24,7 @@ signed the Standard Webhooks way with the subscription's secrets and the notific
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import smtplib
 import ssl
@@ -243,7 +244,7 @@ class SmtpSender:
                     smtp.starttls(context=self._ssl)
                 if cfg.username is not None and cfg.password is not None:
                     smtp.login(cfg.username, cfg.password)
-                refused = smtp.send_message(message, from_addr=cfg.sender)
+                refused = smtp.send_message(_for_the_wire(message), from_addr=cfg.sender)
         except (smtplib.SMTPException, OSError) as exc:  # ssl.SSLError and timeouts included
             raise _from_smtp(exc, cfg.describe()) from exc
         if refused:
@@ -252,6 +253,19 @@ class SmtpSender:
                 "the mail server refused some recipients of a notification",
                 extra={"refused": len(refused), "message_id": message["Message-ID"]},
             )
+
+
+#: RFC 5322's hard limit on a line. The stdlib folds at 78 and, for some lengths, breaks the
+#: Subject right after "Subject:" or quoted-printable-encodes a long URL in it; a notice's
+#: headers are far shorter than this, so on the wire they stay on one line each.
+_WIRE_LINE_LENGTH = 998
+
+
+def _for_the_wire(message: EmailMessage) -> EmailMessage:
+    """``message`` as sent: the same headers and body, with headers folded only past 998."""
+    wire = copy.copy(message)
+    wire.policy = message.policy.clone(max_line_length=_WIRE_LINE_LENGTH)
+    return wire
 
 
 # --- the notification webhook -------------------------------------------------------------------

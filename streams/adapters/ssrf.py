@@ -57,7 +57,9 @@ class BlockedDestinationError(OSError):
         self.host = host
         self.address = address
         self.reason = reason
-        super().__init__(f"{BLOCKED_DESTINATION}: {host} resolves to {address}, {reason}")
+        #: what was refused, without the reason code a `TransportError` puts in front
+        self.detail = f"{host} resolves to {address}, {reason}"
+        super().__init__(f"{BLOCKED_DESTINATION}: {self.detail}")
 
 
 def system_lookup(host: str, port: int) -> list[str]:
@@ -158,7 +160,7 @@ class GuardedTransport:
             blocked = _blocked_cause(exc)
             if blocked is None or exc.kind == FailureKind.BLOCKED_DESTINATION.value:
                 raise
-            raise TransportError(FailureKind.BLOCKED_DESTINATION.value, str(blocked)) from exc
+            raise TransportError(FailureKind.BLOCKED_DESTINATION.value, blocked.detail) from exc
 
     async def aclose(self) -> None:
         await self._inner.aclose()

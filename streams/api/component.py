@@ -19,13 +19,21 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
+from aiohttp import web
 from faust.web import View
 from mode import Service
 
 from streams.adapters.registry import ApiKeyRegistry, SubscriptionRegistry
 from streams.api.auth import OPERATOR, Principal, authenticate
 from streams.api.context import ApiContext, ApiRequest
-from streams.api.errors import BadRequestError, Rendered, render
+from streams.api.errors import (
+    BadRequestError,
+    PayloadTooLargeApiError,
+    Rendered,
+    UnsupportedMediaTypeError,
+    http_error_body,
+    render,
+)
 from streams.api.routes import ROUTES, Route
 from streams.errors import HookstreamError
 from streams.settings import Settings
@@ -35,14 +43,29 @@ log = logging.getLogger(__name__)
 __all__ = ["api_component", "dispatch"]
 
 
+def _is_json(content_type: str) -> bool:
+    """``application/json`` or a structured ``+json`` type, any parameters (charset) aside."""
+    media = content_type.partition(";")[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
 async def _body(route: Route, request: Any) -> Any:
     if route.request is None:
         return None
-    raw = await request.read()
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise PayloadTooLargeApiError(exc.text or "the request body is too large") from None
     if not raw.strip():
         if route.request_required:
             raise BadRequestError("a JSON object body is required")
         return None
+    content_type = request.headers.get("Content-Type", "")
+    if not _is_json(content_type):
+        shown = content_type or "no Content-Type"
+        raise UnsupportedMediaTypeError(f"the body must be application/json, not {shown}")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -99,6 +122,30 @@ def _views(ctx: ApiContext) -> dict[str, type[View]]:
     }
 
 
+@web.middleware
+async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Answer the web server's own errors (404 route, 405, 413...) in the API's JSON shape."""
+    try:
+        response: web.StreamResponse = await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        allow = exc.headers.get("Allow")
+        body = http_error_body(exc.status, _message(exc, request, allow))
+        headers = {"Allow": allow} if allow is not None else {}
+        return web.json_response(body, status=exc.status, headers=headers)
+    return response
+
+
+def _message(exc: web.HTTPException, request: web.Request, allow: str | None) -> str:
+    if exc.status == 404:
+        return f"no route for {request.path}"
+    if exc.status == 405:
+        return f"{request.method} is not allowed on {request.path} (allowed: {allow or 'none'})"
+    text = exc.text or ""
+    return text if text and not text.startswith(f"{exc.status}:") else exc.reason
+
+
 async def _follow(view: ApiKeyRegistry | SubscriptionRegistry, stop: asyncio.Event) -> None:
     try:
         await view.run(stop)
@@ -110,6 +157,7 @@ def api_component(app: Any, settings: Settings) -> None:
     """Faust component: serve the admin API under /v1 and /openapi.json."""
     ctx = ApiContext(settings=settings, app=app, routes=ROUTES)
     app.hookstream_api = ctx
+    app.web.web_app.middlewares.append(json_errors)
     for path, view in _views(ctx).items():
         app.page(path, name=f"hookstream-api:{path}")(view)
 

@@ -17,13 +17,21 @@ _REASONS = {
     400: "The body is not a JSON object",
     401: "Missing or invalid API key",
     404: "Not found, or not visible to this key",
+    405: "The path does not serve this method; Allow lists those it serves",
     409: "Conflicts with the subscription's state",
     413: "The request or one of its events is larger than the limit",
+    415: "The body is not application/json",
     422: "Invalid input; fields names each bad field",
     429: "Over the producer's rate limit; try again after Retry-After seconds",
     501: "Not available in this release yet",
     503: "Kafka or the registry is not reachable right now",
 }
+
+
+#: What any operation with a request body may answer before its view runs.
+_BODY_ERRORS = frozenset({400, 413, 415})
+#: What the web server answers for any path or method outside the table, in the same shape.
+_SERVER_ERRORS = (404, 405, 413)
 
 
 def _error(status: int) -> dict[str, Any]:
@@ -50,6 +58,8 @@ def _operation(route: Any) -> dict[str, Any]:
         }
     }
     statuses = set(route.errors) | ({401, 503} if route.auth else set())
+    if route.request is not None:
+        statuses |= _BODY_ERRORS
     for status in sorted(statuses):
         responses[str(status)] = _error(status)
     operation: dict[str, Any] = {
@@ -80,13 +90,16 @@ def build_openapi(routes: Iterable[Any]) -> dict[str, Any]:
             "version": __version__,
             "description": "Manage webhook subscriptions, read the delivery ledger and dead "
             "letters. Bearer keys: the operator key sees everything; a tenant key sees only "
-            "its own tenant (404 for anything else).",
+            "its own tenant (404 for anything else). Every error, including those for a "
+            "path or method the API does not serve, is a JSON object with `error` (a code) "
+            "and `message`; a validation error has `fields` instead.",
         },
         "paths": paths,
         "components": {
+            "responses": {f"http_{status}": _error(status) for status in _SERVER_ERRORS},
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer", "description": "An API key."}
-            }
+            },
         },
         "security": [{"bearer": []}],
     }

@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "replay": "streams.cli.replay:replay",
     "health": "streams.cli.health:health",
     "receiver": "streams.cli.receiver:receiver",
+    "secrets": "streams.cli.secrets:secrets",
 }
 
 

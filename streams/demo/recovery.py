@@ -27,6 +27,7 @@ import orjson
 from streams.adapters.kafka_admin import apply_topics, delete_topics, load_topology
 from streams.adapters.local_kafka import LocalKafka
 from streams.adapters.registry import SubscriptionRegistry
+from streams.adapters.secretbox import local_key
 from streams.adapters.ssrf import guarded_transport
 from streams.demo.receivers import DemoReceivers
 from streams.demo.run import DEMO_POLICY, start_worker
@@ -46,13 +47,15 @@ RATE = 5.0
 
 def scenario_settings() -> Settings:
     run = uuid.uuid4().hex[:6]
-    return load_settings(
-        topic_prefix=f"demo-recovery-{run}.",
-        group_id=f"hookstream-demo-recovery-{run}",
-        retry_schedule="1s,2s",
-        retry_window="1m",
-        allow_private_destinations=True,
-        web_port=6068,
+    return local_key(
+        load_settings(
+            topic_prefix=f"demo-recovery-{run}.",
+            group_id=f"hookstream-demo-recovery-{run}",
+            retry_schedule="1s,2s",
+            retry_window="1m",
+            allow_private_destinations=True,
+            web_port=6068,
+        )
     )
 
 

@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient
 
 from streams.adapters.kafka_admin import TopicAdmin, apply_topics
 from streams.adapters.local_kafka import LocalKafka
+from streams.adapters.secretbox import KEY_FILE, local_key
 from streams.demo.receivers import DemoReceivers, Endpoint
 from streams.domain.models import Event, SubscriptionStatus
 from streams.errors import HookstreamError
@@ -100,7 +101,9 @@ class Summary:
 
 
 def demo_settings() -> Settings:
-    return load_settings(**DEMO_OVERRIDES)
+    """The demo's settings, with a secret key: HOOKSTREAM_SECRET_KEY, else one generated into
+    the data dir (S5: secrets are never stored in the clear by default)."""
+    return local_key(load_settings(**DEMO_OVERRIDES))
 
 
 def reset_demo_state(settings: Settings, state_dir: Path) -> None:
@@ -191,6 +194,8 @@ def _worker_env(settings: Settings) -> dict[str, str]:
         env["HOOKSTREAM_ADMIN_TOKEN"] = settings.admin_token.get_secret_value()
     if settings.portal_url is not None:
         env["HOOKSTREAM_PORTAL_URL"] = settings.portal_url
+    if settings.secret_key is not None:
+        env["HOOKSTREAM_SECRET_KEY"] = settings.secret_key.get_secret_value()
     return env
 
 
@@ -294,8 +299,11 @@ def _notice_line(body: bytes) -> str:
 async def run_demo(
     per_type: int, say: Callable[[str], None], keep_running: bool, *, keep_worker: bool = False
 ) -> Summary:
+    configured = load_settings(**DEMO_OVERRIDES).secret_key is not None
     settings = demo_settings()
     began = time.monotonic()
+    where = "HOOKSTREAM_SECRET_KEY" if configured else str(settings.data_dir / KEY_FILE)
+    say(f"endpoint secrets are encrypted at rest under the key in {where}")
     kafka = LocalKafka(settings, say=say)
     started = kafka.start()
     say(f"kafka ready at {started.bootstrap} ({started.seconds:.1f}s)")

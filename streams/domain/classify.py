@@ -14,6 +14,11 @@ range holds the status wins. Choices the SPEC leaves open:
   health policy bound how long hookstream keeps trying. Reasons ``http_1xx`` and
   ``http_invalid_status``.
 - A 410 Gone is permanent with reason ``http_410``; the health policy recognises that reason.
+- TLS: only a certificate that is wrong (untrusted or self-signed, expired, issued for another
+  host) is ``tls_invalid``, permanent: no retry mends it. A handshake the host resets or cuts
+  short (``connection_reset``), or one that fails otherwise (``tls_error``: a handshake alert,
+  a port that does not speak TLS, a broken record) is **retryable**: the host may come back or
+  be fixed, and the retry schedule and the health policy bound how long hookstream keeps trying.
 
 `parse_retry_after` reads a ``Retry-After`` header (integer seconds or an HTTP-date); the backoff
 decides how to honour it (D6, F2).
@@ -83,7 +88,8 @@ FAILURE_RULES: dict[FailureKind, OutcomeClass] = {
     FailureKind.CONNECTION_RESET: _R,
     FailureKind.DNS_TEMPORARY: _R,
     FailureKind.PROTOCOL_ERROR: _R,
-    FailureKind.TLS_INVALID: _P,
+    FailureKind.TLS_ERROR: _R,  # a handshake alert or no TLS spoken: the host may be fixed
+    FailureKind.TLS_INVALID: _P,  # a wrong certificate: no retry mends it
     FailureKind.BLOCKED_DESTINATION: _P,  # refused by the SSRF guard (Q4)
     FailureKind.DNS_NXDOMAIN: _F,  # the host no longer exists
 }

@@ -250,7 +250,8 @@ def _remember(record: HealthRecord, key: str) -> tuple[str, ...]:
 def _last_fields(
     outcome: HealthOutcome, when: int, key: str, record: HealthRecord
 ) -> dict[str, Any]:
-    error = outcome.error[:MAX_ERROR_CHARS] if outcome.error is not None else None
+    failed = outcome.outcome is not OutcomeClass.SUCCESS  # a success clears the last error
+    error = outcome.error[:MAX_ERROR_CHARS] if failed and outcome.error is not None else None
     return {
         "last_outcome": outcome.outcome,
         "last_status": outcome.http_status,

@@ -28,7 +28,8 @@ class FailureKind(StrEnum):
     CONNECTION_RESET = "connection_reset"
     DNS_TEMPORARY = "dns_temporary"
     DNS_NXDOMAIN = "dns_nxdomain"
-    TLS_INVALID = "tls_invalid"
+    TLS_INVALID = "tls_invalid"  # the certificate: untrusted, expired, another host's
+    TLS_ERROR = "tls_error"  # any other TLS failure: an alert, no TLS spoken, a broken record
     BLOCKED_DESTINATION = "blocked_destination"
     PROTOCOL_ERROR = "protocol_error"  # a garbage status line or a broken HTTP exchange
 

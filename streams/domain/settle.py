@@ -111,7 +111,10 @@ def settle(
             origin=origin_of(url),
             attempts=delivery.attempt,
             http_status=result.status,
-            error=error or _answer(result.status, excerpt),
+            # a success has no error: "HTTP 200" is not one (H1)
+            error=None
+            if outcome is OutcomeClass.SUCCESS
+            else error or _answer(result.status, excerpt),
         )
 
     if verdict.outcome is OutcomeClass.SUCCESS:

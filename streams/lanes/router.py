@@ -35,6 +35,7 @@ from streams.adapters.registry import SubscriptionRegistry
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import DeadLetter, Delivery, Event, Lane
 from streams.errors import DecodeError
+from streams.logging import RepeatedWarning
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,10 @@ class Router:
         self._acks = BatchAcks()
         self._committer = AsyncCommitter("router")
         self._rebalances = 0  # raised by the rebalance callbacks (see `take`)
+        # Poison input or a broker away repeats these thousands of times a second: one line
+        # per interval with a count; every invalid event still reaches the DLQ with its reason.
+        self._invalid_log = RepeatedWarning(log, "invalid event dead-lettered", count_by="reason")
+        self._consumer_error_log = RepeatedWarning(log, "router consumer error", count_by="error")
         self._archive = settings.topic("archive")
         self._routed = settings.topic("routed")
         self._dlq = settings.topic("dlq")
@@ -110,7 +115,7 @@ class Router:
         metrics.record_dead_letter(exc.reason)
         key = msg.key()
         tenant = key.decode("utf-8", errors="replace") if key else None
-        log.warning("invalid event dead-lettered", extra={"reason": exc.reason, "error": str(exc)})
+        self._invalid_log(reason=exc.reason, error=str(exc))
         letter = DeadLetter(
             reason=exc.reason,
             dead_at=now_ms,
@@ -126,7 +131,7 @@ class Router:
         events = deliveries = 0
         for msg in msgs:
             if msg.error() is not None:
-                log.warning("router consumer error: %s", msg.error())
+                self._consumer_error_log(error=str(msg.error()))
                 continue
             created = self.route(msg)
             if created >= 0:
@@ -137,6 +142,10 @@ class Router:
         if positions:
             self._acks.seal(positions)
             metrics.record_routed(events, deliveries)
+
+    def _flush_logs(self, *, force: bool = False) -> None:
+        self._invalid_log.flush(force=force)
+        self._consumer_error_log.flush(force=force)
 
     def _commit_soon(self, consumer: Consumer) -> None:
         """Commit the acked batches' positions without waiting for Kafka's answer."""
@@ -197,7 +206,9 @@ class Router:
                 if time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
                     self._commit_soon(consumer)
                     last_commit = time.monotonic()
+                    self._flush_logs()
         finally:
+            self._flush_logs(force=True)
             try:
                 await loop.run_in_executor(None, self._producer.flush, 30)
                 await self._commit_now(consumer, reads)

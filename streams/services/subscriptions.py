@@ -26,6 +26,7 @@ from streams.adapters.registry import (
     delete_subscription,
     publish_subscription,
 )
+from streams.adapters.secretbox import require_encryption
 from streams.adapters.ssrf import HostLookup, destination_problem, system_lookup
 from streams.domain.classify import classify
 from streams.domain.idempotency import delivery_id
@@ -114,6 +115,7 @@ def create_subscription(
 ) -> Subscription:
     """Validate, generate a secret, and write the subscription to the registry topic."""
     valid = _validate(settings, data, lookup)
+    require_encryption(settings)  # S5: no new secret in the clear unless allowed
     now_ms = int(clock() * 1000)
     sub = Subscription(
         id=subscription_id or new_subscription_id(),
@@ -295,6 +297,7 @@ def rotate_secret(
         raise ValidationError({"grace_s": "must be a number of seconds"})
     if not 0 <= grace_s <= MAX_GRACE_S:
         raise ValidationError({"grace_s": f"must be between 0 and {MAX_GRACE_S:g} seconds"})
+    require_encryption(settings)
     current = get_subscription(settings, subscription_id, source=source)
     now_ms = int(clock() * 1000)
     ends = now_ms + int(grace_s * 1000)

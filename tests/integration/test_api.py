@@ -193,8 +193,15 @@ def test_crud_read_your_write_and_errors(api_worker: ApiWorker) -> None:
         assert set(bad.json()["fields"]) == {"timeout_s", "tenant_id", "nope"}
         invalid = api.post("/v1/subscriptions", json={"tenant_id": "acme", "url": "ftp://x"})
         assert invalid.status_code == 422 and "url" in invalid.json()["fields"]
-        not_json = api.post("/v1/subscriptions", content=b"{nope")
+        json_type = {"Content-Type": "application/json"}
+        not_json = api.post("/v1/subscriptions", content=b"{nope", headers=json_type)
         assert not_json.status_code == 400
+        as_text = api.post(
+            "/v1/subscriptions",
+            content=b'{"tenant_id": "acme", "url": "http://127.0.0.1:9/text"}',
+            headers={"Content-Type": "text/plain"},
+        )
+        assert as_text.status_code == 415 and as_text.json()["error"] == "unsupported_media_type"
 
         disabled = api.post(f"/v1/subscriptions/{sub_id}/disable").json()
         assert (disabled["status"], disabled["status_reason"]) == ("disabled", "manual")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from email.utils import getaddresses, parsedate_to_datetime
 
 import orjson
@@ -21,7 +22,7 @@ from streams.domain.models import Secret
 from streams.domain.notices import notice_id, render_email
 from tests.receivers import Receiver, Respond, closed_port
 from tests.smtp_server import SmtpServer
-from tests.unit.test_notices import ERROR, SECRET, SUB, SUSPENDED, suspension
+from tests.unit.test_notices import ERROR, SECRET, SUB, SUSPENDED, suspension, warning
 
 SENDER = "alerts@hookstream.test"
 ServerFactory = Callable[..., SmtpServer]
@@ -230,3 +231,29 @@ async def test_S5_no_valid_secret_means_no_webhook() -> None:
     finally:
         await transport.aclose()
     assert not caught.value.retryable
+
+
+@pytest.mark.parametrize(
+    ("name", "url"),
+    [
+        ("n", "http://h.example/" + "p" * 24),  # the stdlib folded this one after "Subject:"
+        ("orders", "http://127.0.0.1:38211/hooks/orders-endpoint-for-tenant-acme"),
+        ("Billing webhooks", "https://hooks.example.com/a/long/path/for/the/billing/webhook/v2"),
+    ],
+)
+async def test_H6_the_subject_is_one_plain_line_on_the_wire(
+    smtp_server: ServerFactory, name: str, url: str
+) -> None:
+    """H6: the warning's Subject arrives on one line, neither folded after its colon nor
+    encoded, so every mail client shows the same text."""
+    server = smtp_server()
+    sender = SmtpSender(parse_smtp_url(server.url(query=f"from={SENDER}")))
+    notice = replace(warning(), subscription_name=name, url=url)
+    await sender.send(render_email(notice, sender=SENDER, recipients=SUB.owner_emails))
+    [mail] = await server.wait_for_async(1)
+    head = mail.data.split(b"\r\n\r\n", 1)[0].decode("ascii")
+    [subject] = [line for line in head.splitlines() if line.startswith("Subject:")]
+    assert subject == f"Subject: [hookstream] Endpoint failing: {name} ({url})"
+    lines = head.splitlines()
+    after = lines[lines.index(subject) + 1]
+    assert not after.startswith((" ", "\t")), "the Subject was folded"

@@ -92,7 +92,7 @@ async def test_dispatch_maps_errors_before_any_write(tmp_path: Any) -> None:
     ctx, create = _ctx(tmp_path), _route("post", "/v1/subscriptions")
     status, _, headers = await dispatch(ctx, create, FakeRequest())
     assert status == 401 and "WWW-Authenticate" in headers
-    auth = {"Authorization": f"Bearer {ADMIN}"}
+    auth = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
     assert (await dispatch(ctx, create, FakeRequest(auth, raw=b"{nope")))[0] == 400
     assert (await dispatch(ctx, create, FakeRequest(auth, raw=b"[1]")))[0] == 400
     body = orjson.dumps({"tenant_id": "acme", "url": "https://x.test/", "bogus": 1, "timeout_s": 0})
@@ -104,7 +104,7 @@ async def test_tenant_key_cannot_create_for_another_tenant(tmp_path: Any) -> Non
     """Q6: naming another tenant is a 422 on tenant_id."""
     ctx = _ctx(tmp_path)
     request = FakeRequest(
-        {"Authorization": f"Bearer {TOKEN}"},
+        {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
         raw=orjson.dumps({"tenant_id": "other", "url": "https://x.test/"}),
     )
     status, payload, _ = await dispatch(ctx, _route("post", "/v1/subscriptions"), request)

@@ -74,6 +74,7 @@ def test_D5_status_table(status: int, outcome: OutcomeClass, reason: str) -> Non
         (FailureKind.DNS_TEMPORARY, R, "dns_temporary"),
         (FailureKind.PROTOCOL_ERROR, R, "protocol_error"),
         (FailureKind.TLS_INVALID, P, "tls_invalid"),
+        (FailureKind.TLS_ERROR, R, "tls_error"),
         (FailureKind.BLOCKED_DESTINATION, P, "blocked_destination"),
         (FailureKind.DNS_NXDOMAIN, F, "dns_nxdomain"),
     ],

@@ -124,6 +124,9 @@ async def test_dns_rebinding_is_refused_and_never_connects(
     finally:
         await transport.aclose()
     assert caught.value.kind == FailureKind.BLOCKED_DESTINATION.value
+    # the reason code is said once: "blocked_destination: rebind.test resolves to 127.0.0.1, ..."
+    assert str(caught.value).count("blocked_destination") == 1
+    assert str(caught.value).startswith("blocked_destination: rebind.test resolves to 127.0.0.1")
     assert inner.calls == 2
     assert receiver.requests == []
 

@@ -133,6 +133,8 @@ def test_D5_httpx_dns_errors_by_getaddrinfo_code(code: int, expected: FailureKin
     [
         (ConnectionRefusedError(111, "refused"), FailureKind.CONNECT_REFUSED),
         (ssl.SSLCertVerificationError("certificate verify failed"), FailureKind.TLS_INVALID),
+        (ssl.SSLError(1, "[SSL: SSLV3_ALERT_HANDSHAKE_FAILURE]"), FailureKind.TLS_ERROR),
+        (ssl.SSLEOFError(8, "EOF occurred in violation of protocol"), FailureKind.CONNECTION_RESET),
         (OSError(101, "Network is unreachable"), FailureKind.CONNECT_REFUSED),
     ],
 )

@@ -31,6 +31,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- default (include "hookstream.fullname" .) .Values.secrets.existingSecret -}}
 {{- end -}}
 
+{{/* SPEC S5: endpoint secrets are encrypted at rest; the chart does not render without a key. */}}
+{{- define "hookstream.requireSecretKey" -}}
+{{- if not .Values.secrets.existingSecret -}}
+{{- $_ := required "secrets.secretKey (HOOKSTREAM_SECRET_KEY, at least 16 characters) or secrets.existingSecret (a Secret with a secret-key entry) is required: hookstream encrypts endpoint secrets at rest (SPEC S5)" .Values.secrets.secretKey -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "hookstream.groupId" -}}
 {{- default "hookstream" (index .Values.settings "HOOKSTREAM_GROUP_ID") -}}
 {{- end -}}
