@@ -32,7 +32,8 @@ from typing import Any
 
 import uvloop
 
-from streams.adapters.http import AiohttpTransport, HttpRequest, HttpxTransport, Transport
+from bench.httpx_transport import HttpxTransport
+from streams.adapters.http import AiohttpTransport, HttpRequest, Transport
 from streams.adapters.http1 import H1Transport
 
 NGINX = Path("/usr/sbin/nginx")

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from bench.httpx_transport import HttpxTransport
 from streams.adapters.http import (
     DEFAULT_BODY_CAP,
     AiohttpTransport,
     HttpRequest,
     HttpResponse,
-    HttpxTransport,
     Transport,
 )
 from streams.adapters.http1 import H1Transport

@@ -15,15 +15,14 @@ import aiohttp
 import httpx
 import pytest
 
+from bench.httpx_transport import HttpxTransport, _from_httpx
 from streams.adapters.http import (
     AiohttpTransport,
     HttpRequest,
     HttpResponse,
-    HttpxTransport,
     ScriptedTransport,
     Transport,
     _from_aiohttp,
-    _from_httpx,
     scripted_failure,
     scripted_response,
 )
