@@ -277,6 +277,7 @@ class LocalKafka:
         with self._lock():
             pid = self.running_pid()
             already = pid is not None
+            launched = began
             if pid is None:
                 self._check_ports()
                 self.resolve_jars()
@@ -285,7 +286,8 @@ class LocalKafka:
                 )
                 self._format_storage(java)
                 pid = self._launch(java)
-            self._wait_ready(pid, began)
+                launched = time.monotonic()  # the wait for an answer starts with the JVM
+            self._wait_ready(pid, launched)
         return StartResult(time.monotonic() - began, pid, self.bootstrap, already)
 
     def stop(self) -> StopResult:
