@@ -71,7 +71,7 @@ def test_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
     jars = load_settings().kafka_dir / "jars"  # the session's resolved jars: no second download
     if jars.is_dir():
         shutil.copytree(jars, tmp_path / "data" / "kafka" / "jars")
-    cleanup = "trap 'kill $(jobs -p) 2>/dev/null; .venv/bin/hookstream kafka stop' EXIT"
+    cleanup = "trap 'kill $(jobs -p) 2>/dev/null || true; .venv/bin/hookstream kafka stop' EXIT"
     done = subprocess.run(
         ["bash", "-euxo", "pipefail", "-c", f"{cleanup}\n{script}"],
         cwd=REPO, capture_output=True, text=True, env=env, timeout=400, check=False,
