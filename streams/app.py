@@ -35,6 +35,7 @@ from streams.adapters.kafka_admin import TopicAdmin
 from streams.adapters.lag import lag_component
 from streams.agents.analytics import analytics_component
 from streams.agents.health import health_component
+from streams.agents.ledger import ledger_component
 from streams.agents.notifier import notifier_component
 from streams.api import api_component
 from streams.domain.topology import TopicSpec
@@ -54,6 +55,7 @@ DEFAULT_COMPONENTS: list[Component] = [
     api_component,
     metrics_component,
     health_component,
+    ledger_component,
     notifier_component,
     lag_component,
     analytics_component,

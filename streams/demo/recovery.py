@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import sys
 import time
 import uuid
@@ -27,11 +28,12 @@ import orjson
 from streams.adapters.kafka_admin import apply_topics, delete_topics, load_topology
 from streams.adapters.registry import SubscriptionRegistry
 from streams.adapters.ssrf import guarded_transport
+from streams.agents.ledger import standalone
 from streams.demo.receivers import DemoReceivers
 from streams.demo.run import DEMO_POLICY, start_worker
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import Event, SubscriptionStatus
-from streams.lanes.backfill import BackfillRunner
+from streams.lanes.backfill import BackfillRunner, job_letters
 from streams.services import recovery
 from streams.services.config import set_policy
 from streams.services.events import publish_events
@@ -99,7 +101,8 @@ async def run_scenario(settings: Settings, say: Callable[[str], None]) -> bool:
     worker = start_worker(settings)
     stop = asyncio.Event()
     registry = SubscriptionRegistry(settings)
-    runner = BackfillRunner(settings, registry)
+    ledger = standalone(settings, settings.data_dir / "demo-ledger")
+    runner = BackfillRunner(settings, registry, functools.partial(job_letters, ledger))
     tasks = [asyncio.create_task(registry.run(stop)), asyncio.create_task(runner.run(stop))]
     transport = guarded_transport(settings, body_cap=settings.response_body_cap)
     run = uuid.uuid4().hex[:6]
@@ -136,6 +139,7 @@ async def run_scenario(settings: Settings, say: Callable[[str], None]) -> bool:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.gather(*tasks), 20)
         await transport.aclose()
+        await asyncio.to_thread(ledger.close)
         worker.terminate()
         worker.wait(30)
         await receivers.stop()

@@ -34,7 +34,6 @@ from streams.domain.recovery import (
     redelivery,
     selects,
 )
-from streams.services.ledger import list_dead_letters
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,6 +43,9 @@ VERSION_WAIT_S = 30.0
 #: A pause before the first record, so every worker's registry has the new version too.
 START_GRACE_S = 1.0
 CHECKPOINT_EVERY_S = 1.0
+
+#: Selects a job's dead letters: ``(subscription, job) -> letters``.
+LetterSource = Callable[[Subscription, Job], Awaitable[list[DeadLetter]]]
 
 
 class JobRun:
@@ -58,8 +60,11 @@ class JobRun:
         producer: Producer,
         acks: ProduceTracker,
         checkpoint: Callable[[], Awaitable[None]],
+        letters: LetterSource,
     ) -> None:
+        """``letters(sub, job)`` selects the job's dead letters (`letters_to_replay`)."""
         self._settings = settings
+        self._select = letters
         self._registry = registry
         self.job = job
         self.progress = progress
@@ -80,7 +85,7 @@ class JobRun:
         if sub is None:
             self.progress.state = JobState.ABORTED
             return
-        letters = await asyncio.to_thread(self._letters, sub)
+        letters = await self._letters(sub)
         self._dlq_ids = {d.delivery.delivery_id for d in letters if d.delivery is not None}
         reader = ArchiveReader(self._settings)
         try:
@@ -106,12 +111,12 @@ class JobRun:
                 return sub  # a newer write may have replaced it; deleted: None
             await asyncio.sleep(0.1)
 
-    def _letters(self, sub: Subscription) -> list[DeadLetter]:
-        window = self.job.dlq_window
-        if window is None:
+    async def _letters(self, sub: Subscription) -> list[DeadLetter]:
+        """The job's dead letters: one per delivery, with its lifetime attempt count (R3)."""
+        if self.job.dlq_window is None:
             return []
-        found = list_dead_letters(self._settings, sub.id)
-        return [d for d in found if letter_selected(d, sub.id, self.job.dlq_reason, window)]
+        found = await self._select(sub, self.job)
+        return [d for d in found if letter_selected(d, sub.id, self.job.dlq_reason, None)]
 
     def _plan(self, reader: ArchiveReader, sub: Subscription, letters: int) -> None:
         """Fix the archive ranges and count the total, once per job."""

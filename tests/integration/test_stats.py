@@ -38,8 +38,8 @@ from streams.cli.stats import stats as stats_command
 from streams.domain.models import Attempt, Event, Lane, Subscription
 from streams.domain.sketch import RELATIVE_ACCURACY
 from streams.services import keys
+from streams.services.audit import all_attempts
 from streams.services.events import publish_events
-from streams.services.ledger import all_attempts
 from streams.services.subscriptions import create_subscription
 from streams.settings import Settings
 from tests.integration.pipeline_harness import make_event
