@@ -100,13 +100,16 @@ class LedgerStore:
         partition: int,
         attempts: list[tuple[int, bytes]],
         letters: list[tuple[int, bytes]],
+        expired_before: tuple[int, int] = (0, 0),
     ) -> int:
         """Index one partition's records (offset, value) of `attempts` and `dlq`, and move its
-        next offsets past them, in one write. Returns how many records were skipped as unreadable
-        (each is logged: one bad record never stops the others, Q2)."""
+        next offsets past them, in one write. Records older than ``expired_before`` (attempts,
+        dead letters: their topic's retention) are passed over, as a sweep would delete them.
+        Returns how many records were skipped as unreadable (each is logged: one bad record
+        never stops the others, Q2)."""
         batch = WriteBatch(raw_mode=True)
-        skipped = self._add_attempts(batch, partition, attempts)
-        skipped += self._add_letters(batch, partition, letters)
+        skipped = self._add_attempts(batch, partition, attempts, expired_before[0])
+        skipped += self._add_letters(batch, partition, letters, expired_before[1])
         if attempts:
             batch.put(k.offset_key(partition, k.ATTEMPTS_TOPIC), k.be8(attempts[-1][0] + 1))
         if letters:
@@ -115,7 +118,7 @@ class LedgerStore:
         return skipped
 
     def _add_attempts(
-        self, batch: WriteBatch, partition: int, records: list[tuple[int, bytes]]
+        self, batch: WriteBatch, partition: int, records: list[tuple[int, bytes]], before: int
     ) -> int:
         changed: dict[bytes, tuple[DeliveryMeta, list[bytes], int]] = {}
         skipped = 0
@@ -125,6 +128,8 @@ class LedgerStore:
             except DecodeError as exc:
                 log.error("attempt skipped by the ledger: %s", exc, extra={"offset": offset})
                 skipped += 1
+                continue
+            if f.started_at < before:
                 continue
             key = k.meta_key(partition, f.delivery_id)
             known = changed.get(key)
@@ -158,7 +163,7 @@ class LedgerStore:
         return skipped
 
     def _add_letters(
-        self, batch: WriteBatch, partition: int, records: list[tuple[int, bytes]]
+        self, batch: WriteBatch, partition: int, records: list[tuple[int, bytes]], before: int
     ) -> int:
         skipped = 0
         for offset, raw in records:
@@ -167,6 +172,8 @@ class LedgerStore:
             except DecodeError as exc:
                 log.error("dead letter skipped by the ledger: %s", exc, extra={"offset": offset})
                 skipped += 1
+                continue
+            if letter.dead_at < before:
                 continue
             sub = letter.subscription_id or ""
             tenant = letter.tenant_id or ""

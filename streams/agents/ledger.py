@@ -311,7 +311,7 @@ class LedgerState:
             "since": None if since_ms is None else str(since_ms),
             "until": None if until_ms is None else str(until_ms),
             "cursor": cursor,
-            "limit": str(limit),
+            "limit": str(limit + 1),  # one more than the page: whether there are more
             "raw": "1" if raw else None,
         }
         query = {name: value for name, value in asked.items() if value is not None}

@@ -103,8 +103,8 @@ class Owners:
         try:
             async with httpx.AsyncClient(timeout=PEER_TIMEOUT_S) as client:
                 response = await client.get(f"{owner}{path}", params=params, headers=headers)
-        except httpx.HTTPError as exc:
-            raise UnavailableError(f"the worker at {owner} did not answer: {exc}") from exc
+        except httpx.HTTPError as exc:  # gone: its partitions move to the others shortly
+            raise moving(f"the worker at {owner} did not answer ({exc})") from exc
         if response.status_code == 503:
             raise moving(f"the worker at {owner} does not hold them now")
         if response.status_code != 200:

@@ -130,8 +130,10 @@ class Materialiser:
             attempts, letters = grouped.setdefault(part, ([], []))
             target = attempts if msg.topic() == self._topics[0] else letters
             target.append((msg.offset(), msg.value() or b""))
+        now_ms = int(self._clock() * 1000)
+        expired = (now_ms - self._retention[0], now_ms - self._retention[1])
         for part, (attempts, letters) in grouped.items():
-            self.skipped += self._store.apply(part, attempts, letters)
+            self.skipped += self._store.apply(part, attempts, letters, expired)
             for index, records in enumerate((attempts, letters)):
                 if records:
                     self._reached(index, part, records[-1][0] + 1)
