@@ -138,6 +138,10 @@ class LedgerState:
         }
         self.reader.want(assigned)
 
+    def restored(self) -> bool:
+        """Every partition this worker holds has its ledger read up (``/readyz``)."""
+        return self.owners.held() <= self.reader.ready()
+
     def held(self) -> set[int]:
         """Partitions this worker answers for: held, and their ledger restored."""
         return self.owners.held() & self.reader.ready()

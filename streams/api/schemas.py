@@ -132,8 +132,8 @@ DELIVERY_SUMMARY: Schema = {
         "subscription_id": _STR,
         "event_id": _STR,
         "event_type": _STR,
-        "state": {"type": "string"},
-        "attempts": {"type": "integer"},
+        "state": {"type": "string", "enum": ["success", "error", "exhausted", "dead"]},
+        "attempts": {"type": "integer", "description": "Lifetime count (D7)."},
         "last_http_status": {"type": ["integer", "null"]},
         "last_error": {"type": ["string", "null"]},
         "first_attempt_at": _MS,
@@ -145,8 +145,11 @@ DELIVERY_SUMMARY: Schema = {
 
 DELIVERY_LIST: Schema = {
     "type": "object",
-    "properties": {"items": {"type": "array", "items": DELIVERY_SUMMARY}},
-    "required": ["items"],
+    "properties": {
+        "items": {"type": "array", "items": DELIVERY_SUMMARY},
+        "next_cursor": {"type": ["string", "null"]},
+    },
+    "required": ["items", "next_cursor"],
 }
 
 DELIVERY: Schema = {
@@ -160,8 +163,11 @@ DELIVERY: Schema = {
 
 DEAD_LETTER_LIST: Schema = {
     "type": "object",
-    "properties": {"items": {"type": "array", "items": {"type": "object"}}},
-    "required": ["items"],
+    "properties": {
+        "items": {"type": "array", "items": {"type": "object"}},
+        "next_cursor": {"type": ["string", "null"]},
+    },
+    "required": ["items", "next_cursor"],
 }
 
 _RATE = {
@@ -257,6 +263,7 @@ HEALTH_RECORD: Schema = {
     "type": "object",
     "properties": {
         "subscription_id": _STR,
+        "tenant_id": _STR,
         "status": {"type": "string", "enum": ["active", "suspended", "disabled"]},
         "status_reason": {"type": ["string", "null"]},
         "suspended_at": {"type": ["integer", "null"]},
