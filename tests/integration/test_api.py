@@ -296,7 +296,7 @@ def test_ledger_views_and_not_yet_available(api_worker: ApiWorker) -> None:
         while (deliveries := api.get(path)).status_code == 503:  # S6: the ledger is restoring
             assert deliveries.headers["Retry-After"] and time.monotonic() < deadline
             time.sleep(0.5)
-        empty = {"items": [], "next_cursor": None}
+        empty: dict[str, object] = {"items": [], "next_cursor": None}
         assert deliveries.status_code == 200 and deliveries.json() == empty
         assert api.get("/v1/deliveries/nope").status_code == 404
         bad = api.get(f"/v1/subscriptions/{sub['id']}/deliveries?cursor=nope")

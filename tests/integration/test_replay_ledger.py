@@ -10,6 +10,7 @@ backfill runner, the dispatcher, and a real receiver.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -63,19 +64,15 @@ def _history(sub: Subscription, delivery: Delivery, now_ms: int) -> tuple[list[b
     ]
     parked = DeadLetter(
         reason="disabled", dead_at=now_ms - 50_000, tenant_id=sub.tenant_id,
-        subscription_id=sub.id, delivery=Delivery(**{**_fields(delivery), "attempt": 4}),
+        subscription_id=sub.id, delivery=dataclasses.replace(delivery, attempt=4),
         attempts=3,
     )  # fmt: skip
     exhausted = DeadLetter(
         reason="exhausted:http_503", dead_at=now_ms - 40_000, tenant_id=sub.tenant_id,
-        subscription_id=sub.id, delivery=Delivery(**{**_fields(delivery), "attempt": 4}),
+        subscription_id=sub.id, delivery=dataclasses.replace(delivery, attempt=4),
         attempts=4, last_status=503,
     )  # fmt: skip
     return attempts, [codec.encode(parked), codec.encode(exhausted)]
-
-
-def _fields(delivery: Delivery) -> dict[str, object]:
-    return {name: getattr(delivery, name) for name in delivery.__dataclass_fields__}
 
 
 async def test_r3_s6_a_dlq_replay_sends_each_delivery_once_with_the_next_attempt_number(
@@ -99,7 +96,7 @@ async def test_r3_s6_a_dlq_replay_sends_each_delivery_once_with_the_next_attempt
         ledger = h.ledger()
         await ledger.wait_ready(60)
 
-        async def letters() -> int:
+        async def dead_letters() -> int:
             page = await ledger.dead_letters(
                 subscription_id=sub.id, tenant_id=None, reason=None, since_ms=None,
                 until_ms=None, cursor=None, limit=10,
@@ -107,7 +104,7 @@ async def test_r3_s6_a_dlq_replay_sends_each_delivery_once_with_the_next_attempt
             return len(page["items"])
 
         deadline = time.monotonic() + 30
-        while await letters() < 4:  # the ledger reads what was just written (S6: within ~1 s)
+        while await dead_letters() < 4:  # the ledger reads what was just written (S6: within ~1 s)
             assert time.monotonic() < deadline
             await asyncio.sleep(0.2)
         counted = await replay.replay_dead_letters(
