@@ -55,6 +55,7 @@ bench: install kafka ## Run every benchmark (long); results in bench/results and
 	$(BIN)/python -m bench.flow --scenario f7 --runs 3
 	$(BIN)/python -m bench.flow --scenario f1 --runs 3
 	$(BIN)/python -m bench.flow --scenario f5 --runs 3
+	$(BIN)/python -m bench.lookup --attempts 100000 --attempts 2000000
 
 bench-smoke: install kafka ## A short run of the benchmark harness (sane figures, no thresholds)
 	$(BIN)/python -m bench.e2e --scenario smoke --runs 1 --no-docs --results-dir bench/results

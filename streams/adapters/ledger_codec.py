@@ -43,12 +43,27 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
             raise DecodeError("invalid_avro", "an Avro long longer than 10 bytes")
 
 
+def _size(data: bytes, at: int) -> tuple[int, int]:
+    """A string's length: one byte for any string under 64 bytes (the common case)."""
+    byte = data[at]
+    if byte < 0x80:
+        return (byte >> 1) ^ -(byte & 1), at + 1
+    return _varint(data, at)
+
+
 def _text(data: bytes, at: int) -> tuple[str, int]:
-    size, at = _varint(data, at)
+    size, at = _size(data, at)
     end = at + size
     if size < 0 or end > len(data):
         raise DecodeError("invalid_avro", "an Avro string past the end of the record")
     return data[at:end].decode(), end
+
+
+def _skip(data: bytes, at: int) -> int:
+    size, at = _size(data, at)
+    if size < 0:
+        raise DecodeError("invalid_avro", "an Avro string of negative length")
+    return at + size
 
 
 def attempt_fields(data: bytes) -> AttemptFields:
@@ -59,14 +74,11 @@ def attempt_fields(data: bytes) -> AttemptFields:
         delivery_id, at = _text(data, HEADER_SIZE)
         sub_id, at = _text(data, at)
         tenant_id, at = _text(data, at)
-        _event_id, at = _text(data, at)
-        _event_type, at = _text(data, at)
+        at = _skip(data, _skip(data, at))  # event id and type
         attempt, at = _varint(data, at)
-        _lane, at = _text(data, at)
+        at = _skip(data, at)  # lane
         started_at, at = _varint(data, at)
-        at += _DOUBLE.size  # duration_ms
-        _outcome, at = _text(data, at)
-        _reason, at = _text(data, at)
+        at = _skip(data, _skip(data, at + _DOUBLE.size))  # duration_ms, outcome, reason
         state, _ = _text(data, at)
     except (IndexError, UnicodeDecodeError) as exc:
         raise DecodeError("invalid_avro", f"an Attempt body is not valid: {exc!r}") from exc

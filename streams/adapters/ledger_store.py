@@ -122,6 +122,7 @@ class LedgerStore:
     ) -> int:
         changed: dict[bytes, tuple[DeliveryMeta, list[bytes], int]] = {}
         skipped = 0
+        meta_prefix = k.prefix(partition, k.META)
         for offset, raw in records:
             try:
                 f = attempt_fields(raw)
@@ -131,7 +132,7 @@ class LedgerStore:
                 continue
             if f.started_at < before:
                 continue
-            key = k.meta_key(partition, f.delivery_id)
+            key = meta_prefix + k.text(f.delivery_id)
             known = changed.get(key)
             if known is None:
                 stored = self.db.get(key)
@@ -139,14 +140,14 @@ class LedgerStore:
                     meta, atts = k.decode_meta(stored)
                     known = (meta, atts, latest_attempt(atts))
             if known is None:
-                meta = DeliveryMeta(f.subscription_id, f.tenant_id, f.state, f.started_at, 0)
-                meta.last_at = f.started_at
+                meta = DeliveryMeta(
+                    f.subscription_id, f.tenant_id, f.state, f.started_at, f.started_at
+                )
                 atts = [raw]
                 latest = f.attempt
-                sub = f.subscription_id
-                batch.put(k.all_key(partition, sub, f.started_at, f.delivery_id), b"")
-                batch.put(k.state_key(partition, sub, f.state, f.started_at, f.delivery_id), b"")
-                batch.put(k.expiry_key(partition, f.started_at, f.delivery_id), b"")
+                self._index_new(
+                    batch, partition, f.subscription_id, f.state, f.started_at, f.delivery_id
+                )
             else:
                 meta, atts, latest = known
                 atts.append(raw)
@@ -161,6 +162,17 @@ class LedgerStore:
         for key, (meta, atts, _) in changed.items():
             batch.put(key, k.encode_meta(meta, atts))
         return skipped
+
+    @staticmethod
+    def _index_new(
+        batch: WriteBatch, partition: int, sub: str, state: str, first_at: int, delivery_id: str
+    ) -> None:
+        """The index entries of a delivery seen for the first time."""
+        when, which = k.newest(first_at), k.text(delivery_id)
+        head = k.text(sub)
+        batch.put(k.prefix(partition, k.ALL) + head + when + which, b"")
+        batch.put(k.prefix(partition, k.BY_STATE) + head + k.STATE_CODES[state] + when + which, b"")
+        batch.put(k.prefix(partition, k.EXPIRY) + k.be8(first_at) + which, b"")
 
     def _add_letters(
         self, batch: WriteBatch, partition: int, records: list[tuple[int, bytes]], before: int
