@@ -271,6 +271,7 @@ def run_size(args: argparse.Namespace, size: int, work: Path) -> dict[str, Any]:
             "worker_rss_mib": rig.worker.last_rss() / 2**20,
             "worker_cpu_percent_during": rig.worker.cpu_percent(cpu0[0], time.time()),
             "ledger_disk_mib": du(rig.settings.tables_dir / "ledger") / 2**20,
+            "box_load_average_1m": os.getloadavg()[0],  # 2 cores: above 2, everything waits
         }
         result.update(reader_cpu(rig, filled["attempts"] + filled["dead_letters"]))
         result["restore"] = restore_after_kill(rig)
