@@ -21,7 +21,7 @@ from streams.api.errors import PayloadTooLargeApiError, TooManyRequestsError
 from streams.api.openapi import build_openapi
 from streams.api.recovery_views import ledger_of, progress_of
 from streams.domain.models import Subscription, SubscriptionStatus
-from streams.errors import NotFoundError, ValidationError
+from streams.errors import ConfigError, NotFoundError, ValidationError
 from streams.plain import plain
 from streams.services import health as health_service
 from streams.services import ingest, ledger, stats
@@ -217,10 +217,12 @@ async def list_dead_letters(ctx: ApiContext, req: ApiRequest) -> Reply:
 
 
 def _analytics(ctx: ApiContext) -> stats.AnalyticsSource:
-    """The analytics agent's tables, read from whichever worker holds each subscription; a
-    worker that runs without the agent folds the attempt ledger per request."""
+    """The analytics agent's tables, read from whichever worker holds each subscription (S6:
+    never a topic scan on a read path)."""
     store: stats.AnalyticsSource | None = getattr(ctx.app, "hookstream_analytics", None)
-    return stats.ScannedAnalytics(ctx.settings) if store is None else store
+    if store is None:
+        raise ConfigError("analytics", "this worker runs without the analytics agent")
+    return store
 
 
 async def subscription_stats(ctx: ApiContext, req: ApiRequest) -> Reply:
