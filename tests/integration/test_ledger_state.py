@@ -11,6 +11,7 @@ an entry past its topic's retention disappear; another tenant's objects are 404 
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable
@@ -19,10 +20,12 @@ from typing import Any
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
 from streams.adapters import codec
 from streams.adapters.kafka_admin import apply_topics, delete_topics, load_topology
 from streams.adapters.kafka_clients import make_producer, produce
+from streams.cli.main import cli as main_cli
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import Attempt, DeliveryState, Lane, OutcomeClass, Subscription
 from streams.services import keys
@@ -30,7 +33,7 @@ from streams.services.events import publish_events
 from streams.services.subscriptions import create_subscription
 from streams.settings import Settings
 from tests.integration.pipeline_harness import make_event
-from tests.integration.workers import WorkerProcess
+from tests.integration.workers import WorkerProcess, settings_env
 from tests.receivers import Receiver, Respond
 
 pytestmark = pytest.mark.integration
@@ -216,6 +219,24 @@ def test_s6_every_read_answered_the_same_by_either_worker_and_after_kill_9_of_th
             assert [s["subscription_id"] for s in own] == [other.id]
             mine = delivery_id(events_b[0].id, other.id)
             assert api(worker, f"/v1/deliveries/{mine}", key_b).status_code == 200
+
+        # the CLI reads through a worker's API: the same answers (one code path)
+        def cli(*args: str) -> Any:
+            env_vars = settings_env(env.settings)
+            done = CliRunner().invoke(
+                main_cli, [*args, "--json", "--worker", f"http://127.0.0.1:{second.port}"],
+                env=env_vars,
+            )  # fmt: skip
+            assert done.exit_code == 0, done.output
+            return json.loads(done.output)
+
+        assert cli("deliveries", "show", key) == by_id[0]
+        listed_cli = cli("deliveries", "list", "--subscription", ok.id, "--limit", "50")
+        assert listed_cli["items"] == one
+        assert cli("dlq", "list", "--subscription", dead.id, "--limit", "50")["items"] == by_sub[0]
+        assert without_breaker(cli("health", "--tenant", a))["subscriptions"] == [
+            s for s in without_breaker(health[0])["subscriptions"] if s["tenant_id"] == a
+        ]
 
         # an entry past its topic's retention disappears (attempts: 7 days)
         retention = int(load_topology(env.settings).get("attempts").config["retention.ms"])
