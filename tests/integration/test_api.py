@@ -42,10 +42,12 @@ _WORKER = (
     "from streams.api import api_component\n"
     "from streams.agents.health import health_component\n"
     "from streams.agents.ledger import ledger_component\n"
+    "from streams.agents.analytics import analytics_component\n"
     "from streams.app import create_app, run_worker\n"
     "from streams.settings import load_settings\n"
     "s = load_settings()\n"
-    "parts = [pipeline_component, api_component, health_component, ledger_component]\n"
+    "parts = [pipeline_component, api_component, health_component, ledger_component,\n"
+    "         analytics_component]\n"
     "run_worker(create_app(s, parts), s)\n"
 )
 
