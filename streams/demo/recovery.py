@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import sys
 import time
 import uuid
@@ -33,7 +32,7 @@ from streams.demo.receivers import DemoReceivers
 from streams.demo.run import DEMO_POLICY, start_worker
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import Event, SubscriptionStatus
-from streams.lanes.backfill import BackfillRunner, job_letters
+from streams.lanes.backfill import BackfillRunner
 from streams.services import recovery
 from streams.services.config import set_policy
 from streams.services.events import publish_events
@@ -102,7 +101,7 @@ async def run_scenario(settings: Settings, say: Callable[[str], None]) -> bool:
     stop = asyncio.Event()
     registry = SubscriptionRegistry(settings)
     ledger = standalone(settings, settings.data_dir / "demo-ledger")
-    runner = BackfillRunner(settings, registry, functools.partial(job_letters, ledger))
+    runner = BackfillRunner(settings, registry, ledger)
     tasks = [asyncio.create_task(registry.run(stop)), asyncio.create_task(runner.run(stop))]
     transport = guarded_transport(settings, body_cap=settings.response_body_cap)
     run = uuid.uuid4().hex[:6]

@@ -36,11 +36,11 @@ from streams.adapters import codec
 from streams.adapters.control_log import RUNNER_GROUP
 from streams.adapters.kafka_clients import ProduceTracker, flush, make_consumer, make_producer
 from streams.adapters.registry import SubscriptionRegistry
-from streams.domain.models import ControlEvent, DeadLetter, Subscription
+from streams.domain.models import ControlEvent
 from streams.domain.recovery import ControlKind, Job, Progress, resume_point
 from streams.errors import DecodeError
-from streams.lanes.job import JobRun, LetterSource
-from streams.services.ledger import LedgerSource, letters_to_replay
+from streams.lanes.job import JobRun
+from streams.services.ledger import LedgerSource
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -57,13 +57,13 @@ class BackfillRunner:
         self,
         settings: Settings,
         registry: SubscriptionRegistry,
-        letters: LetterSource,
+        ledger: LedgerSource,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
         self._settings = settings
         self._registry = registry
-        self._letters = letters
+        self._ledger = ledger
         self._clock = clock
         self._sleep = sleep
         self._topic = settings.topic("control")
@@ -140,7 +140,7 @@ class BackfillRunner:
                     self._producer,
                     self._acks,
                     functools.partial(self._checkpoint, part, offset),
-                    self._letters,
+                    self._ledger,
                 )
                 await run.execute()
                 await self._finish(part, offset, job, progress)
@@ -256,18 +256,6 @@ def _parse(text: str | None) -> list[Progress]:
         return []
 
 
-async def job_letters(source: LedgerSource, sub: Subscription, job: Job) -> list[DeadLetter]:
-    """A job's dead letters, from the ledger state of whichever worker holds them (S6)."""
-    window = job.dlq_window
-    return await letters_to_replay(
-        source,
-        sub.id,
-        job.dlq_reason,
-        None if window is None else window.start_ms,
-        None if window is None else window.end_ms,
-    )
-
-
 def backfill_component(app: Any, settings: Settings) -> None:
     """Faust component: run the backfill runner next to the pipeline (after pipeline_component)."""
 
@@ -280,7 +268,7 @@ def backfill_component(app: Any, settings: Settings) -> None:
             runner = BackfillRunner(
                 settings,
                 app.hookstream_pipeline.registry,
-                functools.partial(job_letters, app.hookstream_ledger),
+                app.hookstream_ledger,
             )
             self._task = asyncio.create_task(runner.run(self._stop), name="hookstream-backfill")
 

@@ -34,6 +34,7 @@ from streams.domain.recovery import (
     redelivery,
     selects,
 )
+from streams.services.ledger import LedgerSource, letters_to_replay
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,6 @@ VERSION_WAIT_S = 30.0
 #: A pause before the first record, so every worker's registry has the new version too.
 START_GRACE_S = 1.0
 CHECKPOINT_EVERY_S = 1.0
-
-#: Selects a job's dead letters: ``(subscription, job) -> letters``.
-LetterSource = Callable[[Subscription, Job], Awaitable[list[DeadLetter]]]
 
 
 class JobRun:
@@ -60,11 +58,11 @@ class JobRun:
         producer: Producer,
         acks: ProduceTracker,
         checkpoint: Callable[[], Awaitable[None]],
-        letters: LetterSource,
+        ledger: LedgerSource,
     ) -> None:
-        """``letters(sub, job)`` selects the job's dead letters (`letters_to_replay`)."""
+        """``ledger`` gives the job's dead letters and the deliveries' attempt counts (S6)."""
         self._settings = settings
-        self._select = letters
+        self._ledger = ledger
         self._registry = registry
         self.job = job
         self.progress = progress
@@ -115,7 +113,11 @@ class JobRun:
         """The job's dead letters: one per delivery, with its lifetime attempt count (R3)."""
         if self.job.dlq_window is None:
             return []
-        found = await self._select(sub, self.job)
+        window = self.job.dlq_window
+        assert window is not None
+        found = await letters_to_replay(
+            self._ledger, sub.id, self.job.dlq_reason, window.start_ms, window.end_ms
+        )
         return [d for d in found if letter_selected(d, sub.id, self.job.dlq_reason, None)]
 
     def _plan(self, reader: ArchiveReader, sub: Subscription, letters: int) -> None:
@@ -159,6 +161,7 @@ class JobRun:
             if sub is None:
                 return
             batch = await loop.run_in_executor(None, reader.batch, sub.tenant_id)
+            counts = await self._counts(sub, batch)
             for record in batch:
                 event = record.event
                 if event is not None and selects(sub, event) and event.id not in self._seen:
@@ -166,9 +169,20 @@ class JobRun:
                     key = delivery_id(event.id, sub.id)
                     if key not in self._dlq_ids:
                         now_ms = int(self._clock() * 1000)
-                        await self._send(sub, redelivery(key, sub, event, self.job.lane, 1, now_ms))
+                        number = counts.get(key, 0) + 1  # after its lifetime count (D7)
+                        delivery = redelivery(key, sub, event, self.job.lane, number, now_ms)
+                        await self._send(sub, delivery)
                 progress.positions[record.partition] = record.offset + 1
                 await self._maybe_checkpoint()
+
+    async def _counts(self, sub: Subscription, batch: list[Any]) -> dict[str, int]:
+        """The lifetime attempt counts of a batch's deliveries to ``sub``, from the ledger."""
+        keys = [
+            delivery_id(r.event.id, sub.id)
+            for r in batch
+            if r.event is not None and selects(sub, r.event)
+        ]
+        return await self._ledger.attempt_counts(sub.id, keys) if keys else {}
 
     # --- writing -------------------------------------------------------------------------------
     def _current(self) -> Subscription | None:

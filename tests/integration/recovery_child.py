@@ -8,10 +8,9 @@ test can use `tests.integration.workers.WorkerProcess` instead.)
 from __future__ import annotations
 
 import asyncio
-import functools
 
 from streams.agents.ledger import standalone
-from streams.lanes.backfill import BackfillRunner, job_letters
+from streams.lanes.backfill import BackfillRunner
 from streams.lanes.pipeline import Pipeline
 from streams.settings import load_settings
 
@@ -23,7 +22,7 @@ async def main() -> None:
     await pipeline.wait_ready(60)
     print("ready", flush=True)
     ledger = standalone(settings, settings.data_dir / "ledger")
-    letters = functools.partial(job_letters, ledger)
+    letters = ledger
     await BackfillRunner(settings, pipeline.registry, letters).run(asyncio.Event())
 
 

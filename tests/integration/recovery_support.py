@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 from collections.abc import AsyncIterator
 
 from streams.adapters import codec
@@ -13,7 +12,7 @@ from streams.adapters.registry import SubscriptionRegistry
 from streams.adapters.topic_reader import scan
 from streams.domain.models import ControlEvent, Delivery, Notification, Subscription
 from streams.domain.models import SubscriptionStatus as Status
-from streams.lanes.backfill import BackfillRunner, job_letters
+from streams.lanes.backfill import BackfillRunner
 from streams.services.subscriptions import _save
 from streams.settings import Settings
 from tests.integration.pipeline_harness import PipelineHarness
@@ -42,7 +41,7 @@ def _status(registry: SubscriptionRegistry, sub_id: str) -> Status | None:
 async def runner(h: PipelineHarness) -> AsyncIterator[BackfillRunner]:
     """The backfill runner next to the harness's lanes, as the worker runs it."""
     stop = asyncio.Event()
-    letters = functools.partial(job_letters, h.ledger())
+    letters = h.ledger()
     running = BackfillRunner(h.settings, h.pipeline.registry, letters)
     task = asyncio.create_task(running.run(stop))
     try:

@@ -137,3 +137,32 @@ async def test_r3_s6_a_dlq_replay_sends_each_delivery_once_with_the_next_attempt
             found = await ledger.delivery(delivery.delivery_id)
             assert found is not None and found["summary"]["state"] == "success"
             assert found["summary"]["attempts"] == 5
+
+
+async def test_r3_s6_a_range_replay_continues_each_deliverys_attempt_count(
+    make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
+) -> None:
+    """A time-range replay from the archive numbers each delivery after its lifetime count
+    from the ledger (D7): a delivered event comes back as attempt 2, never attempt 1 again."""
+    receiver = receiver_factory()
+    url = receiver.route("/ok", Respond(200))
+    async with PipelineHarness(make_settings()) as h, runner(h) as running:
+        sub = await h.subscribe(url, ["*"])
+        since = int(time.time() * 1000) - 1000
+        event = make_event("acme", "invoice.paid", 1)
+        key = delivery_id(event.id, sub.id)
+        await h.publish([event])
+        ledger = h.ledger()
+        deadline = time.monotonic() + 60
+        while (await ledger.delivery(key)) is None:  # the first attempt, in the ledger
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.3)
+        await asyncio.to_thread(
+            replay.replay_range, h.settings, since, int(time.time() * 1000) + 1000,
+            subscription_id=sub.id, rate=50, source=h.pipeline.registry,
+        )  # fmt: skip
+        await h.wait_for(lambda: running.finished_jobs >= 1, 60)
+        await h.wait_for(lambda: len(receiver.requests_to("/ok")) >= 2, 30)
+        got = receiver.requests_to("/ok")
+        assert [r.headers["webhook-id"] for r in got] == [key, key]
+        assert [orjson.loads(r.body)["attempt"] for r in got] == [1, 2]
