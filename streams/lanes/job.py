@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Producer
 
@@ -34,6 +34,7 @@ from streams.domain.recovery import (
     redelivery,
     selects,
 )
+from streams.errors import HookstreamError
 from streams.services.ledger import LedgerSource, letters_to_replay
 from streams.settings import Settings
 
@@ -44,6 +45,9 @@ VERSION_WAIT_S = 30.0
 #: A pause before the first record, so every worker's registry has the new version too.
 START_GRACE_S = 1.0
 CHECKPOINT_EVERY_S = 1.0
+#: How long a job waits for the ledger state of its subscription while partitions move.
+LEDGER_WAIT_S = 300.0
+T = TypeVar("T")
 
 
 class JobRun:
@@ -115,8 +119,10 @@ class JobRun:
             return []
         window = self.job.dlq_window
         assert window is not None
-        found = await letters_to_replay(
-            self._ledger, sub.id, self.job.dlq_reason, window.start_ms, window.end_ms
+        found = await self._asked(
+            lambda: letters_to_replay(
+                self._ledger, sub.id, self.job.dlq_reason, window.start_ms, window.end_ms
+            )
         )
         return [d for d in found if letter_selected(d, sub.id, self.job.dlq_reason, None)]
 
@@ -182,7 +188,22 @@ class JobRun:
             for r in batch
             if r.event is not None and selects(sub, r.event)
         ]
-        return await self._ledger.attempt_counts(sub.id, keys) if keys else {}
+        if not keys:
+            return {}
+        return await self._asked(lambda: self._ledger.attempt_counts(sub.id, keys))
+
+    async def _asked(self, ask: Callable[[], Awaitable[T]]) -> T:
+        """``ask()`` of the ledger state, asked again while its partition moves between workers
+        (503): a rebalance pauses the job instead of failing it."""
+        deadline = time.monotonic() + LEDGER_WAIT_S
+        while True:
+            try:
+                return await ask()
+            except HookstreamError as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.info("backfill job waits for the ledger: %s", exc)
+                await asyncio.sleep(1.0)
 
     # --- writing -------------------------------------------------------------------------------
     def _current(self) -> Subscription | None:
