@@ -61,6 +61,7 @@ bench: install kafka ## Run every benchmark (long); figures in bench/results/sum
 	$(BIN)/python -m bench.flow --scenario f7 --runs 3
 	$(BIN)/python -m bench.flow --scenario f1 --runs 3
 	$(BIN)/python -m bench.flow --scenario f5 --runs 3
+	$(BIN)/python -m bench.lookup --attempts 100000 --attempts 2000000
 	$(BIN)/python -m bench.summary --docs
 
 bench-smoke: install kafka ## A short run of the benchmark harness (sane figures, no thresholds)

@@ -41,6 +41,7 @@ from streams.adapters.lag import lag_component
 from streams.adapters.readiness import readiness
 from streams.agents.analytics import analytics_component
 from streams.agents.health import health_component
+from streams.agents.ledger import ledger_component
 from streams.agents.notifier import notifier_component
 from streams.api import api_component
 from streams.api.metrics_page import metrics_component
@@ -62,6 +63,7 @@ DEFAULT_COMPONENTS: list[Component] = [
     portal_component,  # after api_component: the portal reads and acts through the API's views
     metrics_component,
     health_component,
+    ledger_component,
     notifier_component,
     lag_component,
     analytics_component,

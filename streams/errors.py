@@ -10,7 +10,14 @@ Split by what the caller does next::
     ├── NotFoundError          an object does not exist (or is not visible to the caller)
     ├── ConflictError          the operation conflicts with the object's state (HTTP 409)
     ├── LocalKafkaError        the local development broker cannot be started or reached
-    └── TransportError         an HTTP delivery attempt failed below HTTP (see `FailureKind`)
+    ├── TransportError         an HTTP delivery attempt failed below HTTP (see `FailureKind`)
+    └── ApiError               an answer with its own HTTP status (the admin API renders it)
+        ├── UnauthorizedError  no valid API key: 401 with a challenge
+        └── UnavailableError   not here, not now (the owning worker moves or is away): 503,
+                               Retry-After when known
+
+The API-only errors (bad request, 413, 415, 429, ...) are in `streams.api.errors`; these two are
+here because the workers' forwarding of reads (`streams.agents.owners`) raises them too.
 
 Third-party exceptions are converted in one place per adapter, with ``raise ... from exc``.
 """
@@ -76,3 +83,32 @@ class TransportError(HookstreamError):
     def __init__(self, kind: str, message: str) -> None:
         self.kind = kind
         super().__init__(f"{kind}: {message}")
+
+
+REALM = 'Bearer realm="hookstream"'
+
+
+class ApiError(HookstreamError):
+    """An error that exists only at the HTTP edge."""
+
+    status = 500
+    code = "error"
+
+    def __init__(self, message: str, headers: dict[str, str] | None = None) -> None:
+        self.message = message
+        self.headers = headers or {}
+        super().__init__(message)
+
+
+class UnauthorizedError(ApiError):
+    status = 401
+    code = "unauthorized"
+
+    def __init__(self, message: str, *, invalid: bool) -> None:
+        challenge = f'{REALM}, error="invalid_token"' if invalid else REALM
+        super().__init__(message, {"WWW-Authenticate": challenge})
+
+
+class UnavailableError(ApiError):
+    status = 503
+    code = "unavailable"

@@ -122,6 +122,20 @@ class Settings(BaseSettings):
         description="Longest a fetch of the Faust agents' consumer waits for "
         "agent_fetch_min_bytes: the most it adds to the agents' reaction time.",
     )
+    ledger_fetch_wait: float = Field(
+        0.1,
+        gt=0,
+        le=5,
+        description="Longest the ledger's reader waits to fill a fetch of `attempts` and `dlq`: "
+        "the most it adds to how soon a new attempt or dead letter can be looked up (S6).",
+    )
+    ledger_sweep_interval: float = Field(
+        60.0,
+        gt=0,
+        le=86400,
+        description="Seconds between sweeps of the ledger state for entries past their topic's "
+        "retention and subscriptions deleted since (S6).",
+    )
     producer_linger: float = Field(
         0.001,
         gt=0,

@@ -12,7 +12,8 @@ def readiness(app: faust.App) -> dict[str, bool]:
     """Why this worker is or is not ready to do its share of the work (``/readyz``).
 
     Ready means: the worker has joined its consumer group and taken its assignment, no rebalance
-    is in progress, and every table it holds has been recovered from its changelog. An empty
+    is in progress, and every table it holds has been recovered from its changelog, the ledger
+    state (S6) included. An empty
     assignment still counts as ready (reported as ``assigned: false``): with more workers than
     partitions the extra ones are idle but still serve the admin API (SPEC X4). An app with
     nothing to consume (``producer_only``) is ready as soon as it serves.
@@ -38,12 +39,15 @@ def readiness(app: faust.App) -> dict[str, bool]:
     }
     pipeline = getattr(app, "hookstream_pipeline", None)
     state["lanes"] = pipeline is None or pipeline.registry.ready.is_set()
+    ledger = getattr(app, "hookstream_ledger", None)
+    state["ledger"] = ledger is None or ledger.restored()
     state["broker"] = broker
     state["ready"] = (
         joined
         and not state["rebalancing"]
         and not state["recovering"]
         and state["lanes"]
+        and state["ledger"]
         and broker
     )
     return state

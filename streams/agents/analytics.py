@@ -51,20 +51,16 @@ import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
-import httpx
 import orjson
-from faust.web import View
-from yarl import URL
 
 from streams.adapters import codec
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import partition_of
-from streams.api.auth import authenticate
-from streams.api.errors import UnauthorizedError, UnavailableError
+from streams.agents.owners import Owners, moving, peer_view
 from streams.domain.analytics import SubscriptionData, Tally, fold_into, read_stored
 from streams.domain.analytics_window import Position, counts_as_delivery
 from streams.domain.models import AnalyticsDigest, Attempt, AttemptDigest
-from streams.errors import DecodeError
+from streams.errors import DecodeError, UnavailableError
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -72,32 +68,17 @@ log = logging.getLogger(__name__)
 WINDOWS_TABLE: Final = "analytics-windows"
 INDEX_TABLE: Final = "analytics-index"
 PEER_PATH: Final = "/internal/analytics"
-PEER_TIMEOUT_S: Final = 10.0
 #: A batch: this many digests, or what arrived within this many seconds. A batch is folded in
 #: one go on the event loop the deliveries share, and a digest holds up to 200 ms of one
 #: partition's attempts: an agent that is far behind (a rewind, a long outage) folds up to this
 #: many at a time, so this bounds the pauses it causes then, and its memory.
 BATCH_MAX: Final = 20
 BATCH_WITHIN_S: Final = 1.0
-#: Seconds a client should wait before asking again while partitions move.
-RETRY_AFTER_S: Final = "1"
 RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
 #: Bind addresses that are no address to reach a worker at.
 _ANY_HOST: Final = frozenset({"", "0.0.0.0", "::"})  # noqa: S104  # compared with, never bound
 #: Tables of bytes keys and values (faust then stores them as they are).
 RAW_TABLE = {"key_type": bytes, "value_type": bytes}
-
-
-def _ident(url: URL | str) -> tuple[str, int]:
-    parsed = URL(str(url))
-    return (parsed.host or "", int(parsed.port or 80))
-
-
-def _moving(what: str) -> UnavailableError:
-    return UnavailableError(
-        f"{what}: analytics partitions are moving between workers; try again",
-        {"Retry-After": RETRY_AFTER_S},
-    )
 
 
 class AnalyticsStore:
@@ -122,6 +103,7 @@ class AnalyticsStore:
             help="windows, backlog",
             **RAW_TABLE,
         )
+        self.owner_map = Owners(app, settings, self.index)
 
     # --- writing (inside the agent) -------------------------------------------------------------
 
@@ -167,15 +149,9 @@ class AnalyticsStore:
 
     # --- reading --------------------------------------------------------------------------------
 
-    def _serving(self) -> bool:
-        return not self.app.rebalancing and not self.app.in_recovery
-
     def held(self) -> set[int]:
         """The partitions whose analytics this worker holds and may answer for, now."""
-        if not self._serving():
-            return set()
-        topic = self.index.changelog_topic.get_topic_name()
-        return {tp.partition for tp in self.app.assignor.assigned_actives() if tp.topic == topic}
+        return self.owner_map.held()
 
     def read_local(
         self, subscription_ids: Iterable[str], since: int
@@ -185,7 +161,7 @@ class AnalyticsStore:
         ids = list(subscription_ids)
         held = self.held()
         if any(partition_of(sub_id, self.partitions) not in held for sub_id in ids):
-            raise _moving("this worker does not hold these subscriptions now")
+            raise moving("this worker does not hold these subscriptions now")
         found: dict[str, SubscriptionData] = {}
         for sub_id in ids:
             data = read_stored(self.index, self.windows, sub_id, since)
@@ -195,22 +171,14 @@ class AnalyticsStore:
 
     def owners(self, subscription_ids: Iterable[str]) -> dict[str | None, list[str]]:
         """Subscription ids by the web address of their owner; None is this worker."""
-        held = self.held()
-        topic = self.index.changelog_topic.get_topic_name()
-        by_partition: dict[int, str] = {}
-        for url, assigned in self.app.router.table_metadata(INDEX_TABLE).items():
-            for partition in assigned.get(topic, ()):
-                by_partition[int(partition)] = str(url)
-        me = _ident(self.app.conf.canonical_url)
+        ids = list(subscription_ids)
+        partition = {sub_id: partition_of(sub_id, self.partitions) for sub_id in ids}
+        owner_of: dict[int, str | None] = {}
+        for owner, parts in self.owner_map.by_owner(set(partition.values())).items():
+            owner_of.update(dict.fromkeys(parts, owner))
         grouped: dict[str | None, list[str]] = {}
-        for sub_id in subscription_ids:
-            partition = partition_of(sub_id, self.partitions)
-            owner = None if partition in held else by_partition.get(partition)
-            if owner is not None and _ident(owner) == me:
-                raise _moving("this worker is taking or giving up these subscriptions")
-            if owner is None and partition not in held:
-                raise _moving("no worker holds these subscriptions yet")
-            grouped.setdefault(owner, []).append(sub_id)
+        for sub_id in ids:
+            grouped.setdefault(owner_of[partition[sub_id]], []).append(sub_id)
         return grouped
 
     async def fetch(self, subscription_ids: list[str], since: int) -> dict[str, SubscriptionData]:
@@ -226,28 +194,22 @@ class AnalyticsStore:
     async def _ask_peer(
         self, owner: str, ids: list[str], since: int
     ) -> dict[str, SubscriptionData]:
-        token = self.settings.admin_token
-        if token is None:
-            raise UnavailableError(
-                "this worker does not hold these analytics and cannot ask the one that does: "
-                "set HOOKSTREAM_ADMIN_TOKEN on every worker"
-            )
-        headers = {"Authorization": f"Bearer {token.get_secret_value()}"}
         params = {"ids": ",".join(ids), "since": str(since)}
+        body = await self.owner_map.ask(owner, PEER_PATH, params)
         try:
-            async with httpx.AsyncClient(timeout=PEER_TIMEOUT_S) as client:
-                response = await client.get(f"{owner}{PEER_PATH}", params=params, headers=headers)
-        except httpx.HTTPError as exc:
-            raise UnavailableError(f"the worker at {owner} did not answer: {exc}") from exc
-        if response.status_code == 503:
-            raise _moving(f"the worker at {owner} does not hold them now")
-        if response.status_code != 200:
-            raise UnavailableError(f"the worker at {owner} answered {response.status_code}")
-        try:
-            body = response.json()
             return {k: SubscriptionData.from_dict(v) for k, v in body["subscriptions"].items()}
         except (ValueError, KeyError, TypeError, AttributeError, DecodeError) as exc:
             raise UnavailableError(f"the worker at {owner} sent an unreadable answer") from exc
+
+    def answer_peer(self, query: dict[str, str]) -> dict[str, Any]:
+        """What this worker answers another one asking for its analytics."""
+        ids = [i for i in query.get("ids", "").split(",") if i]
+        try:
+            since = int(query.get("since", "0"))
+        except ValueError as exc:
+            raise ValueError("bad since") from exc
+        found = self.read_local(ids, since)
+        return {"subscriptions": {k: v.to_dict() for k, v in found.items()}}
 
 
 def _tallies(value: bytes) -> list[tuple[str, Tally]]:
@@ -283,35 +245,6 @@ def _json(raw: bytes) -> Any:
         raise DecodeError("invalid_tally", f"a tally is not JSON: {exc}") from exc
 
 
-def _peer_view(store: AnalyticsStore) -> type[View]:
-    class PeerAnalytics(View):
-        """Another worker asks for the analytics this worker holds (operator key only)."""
-
-        async def get(self, request: Any) -> Any:
-            token = store.settings.admin_token
-            try:
-                principal = authenticate(
-                    request.headers.get("Authorization"),
-                    None if token is None else token.get_secret_value(),
-                    None,
-                )
-                if not principal.is_operator:
-                    raise UnauthorizedError("the operator key is required", invalid=True)
-                ids = [i for i in request.query.get("ids", "").split(",") if i]
-                since = int(request.query.get("since", "0"))
-                found = store.read_local(ids, since)
-            except UnauthorizedError as exc:
-                return self.json({"error": exc.code, "message": exc.message}, status=401)
-            except UnavailableError as exc:
-                body = {"error": exc.code, "message": exc.message}
-                return self.json(body, status=503, headers=exc.headers)
-            except ValueError:
-                return self.json({"error": "bad_request", "message": "bad since"}, status=400)
-            return self.json({"subscriptions": {k: v.to_dict() for k, v in found.items()}})
-
-    return PeerAnalytics
-
-
 def advertise(app: Any, settings: Settings) -> None:
     """Make the worker's canonical URL, which the Faust assignor hands to its peers as the way
     to reach it, an address they can reach: a worker bound to every interface (``0.0.0.0``,
@@ -327,7 +260,7 @@ def analytics_component(app: Any, settings: Settings) -> None:
     advertise(app, settings)
     store = AnalyticsStore(app, settings)
     app.hookstream_analytics = store
-    app.page(PEER_PATH, name="hookstream-analytics-peer")(_peer_view(store))
+    app.page(PEER_PATH, name="hookstream-analytics-peer")(peer_view(settings, store.answer_peer))
 
     @app.agent(store.topic, name="hookstream-analytics", concurrency=1)  # type: ignore[untyped-decorator]
     async def analytics_agent(stream: Any) -> None:

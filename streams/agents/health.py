@@ -267,6 +267,7 @@ async def consume_each(
 def health_component(app: Any, settings: Settings) -> None:
     """Register the health and control agents and their tables on the worker's app."""
     agents = HealthAgents(app, settings)
+    app.hookstream_health = agents  # its table answers the health view (S4, S6)
     ready = agents.pipeline.registry.ready
 
     @app.agent(agents.health_topic, name="hookstream-health", concurrency=1)  # type: ignore[untyped-decorator]

@@ -24,7 +24,6 @@ from faust.web import View
 from mode import Service
 
 from streams.adapters.registry import ApiKeyRegistry, SubscriptionRegistry
-from streams.api.auth import OPERATOR, Principal, authenticate
 from streams.api.context import ApiContext, ApiRequest
 from streams.api.errors import (
     BadRequestError,
@@ -36,6 +35,7 @@ from streams.api.errors import (
 )
 from streams.api.routes import ROUTES, Route
 from streams.errors import HookstreamError
+from streams.services.auth import OPERATOR, Principal, authenticate
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)

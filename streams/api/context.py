@@ -20,10 +20,9 @@ from streams.adapters.http import Transport
 from streams.adapters.kafka_clients import make_producer
 from streams.adapters.registry import ApiKeyRegistry, SubscriptionRegistry
 from streams.adapters.ssrf import guarded_transport
-from streams.api.auth import Principal
-from streams.api.errors import UnavailableError
 from streams.domain.models import Subscription
-from streams.errors import NotFoundError
+from streams.errors import NotFoundError, UnavailableError
+from streams.services.auth import Principal
 from streams.services.ingest import IngestLimiter
 from streams.settings import Settings
 

@@ -29,35 +29,13 @@ from __future__ import annotations
 from typing import Any
 
 from streams.errors import (
+    ApiError,
     ConfigError,
     ConflictError,
     HookstreamError,
     NotFoundError,
     ValidationError,
 )
-
-REALM = 'Bearer realm="hookstream"'
-
-
-class ApiError(HookstreamError):
-    """An error that exists only at the HTTP edge."""
-
-    status = 500
-    code = "error"
-
-    def __init__(self, message: str, headers: dict[str, str] | None = None) -> None:
-        self.message = message
-        self.headers = headers or {}
-        super().__init__(message)
-
-
-class UnauthorizedError(ApiError):
-    status = 401
-    code = "unauthorized"
-
-    def __init__(self, message: str, *, invalid: bool) -> None:
-        challenge = f'{REALM}, error="invalid_token"' if invalid else REALM
-        super().__init__(message, {"WWW-Authenticate": challenge})
 
 
 class BadRequestError(ApiError):
@@ -86,11 +64,6 @@ class PayloadTooLargeApiError(ApiError):
 class UnsupportedMediaTypeError(ApiError):
     status = 415
     code = "unsupported_media_type"
-
-
-class UnavailableError(ApiError):
-    status = 503
-    code = "unavailable"
 
 
 Rendered = tuple[int, dict[str, Any], dict[str, str]]

@@ -24,7 +24,8 @@ _REASONS = {
     422: "Invalid input; fields names each bad field",
     429: "Over the producer's rate limit; try again after Retry-After seconds",
     501: "Not available in this release yet",
-    503: "Kafka or the registry is not reachable right now",
+    503: "Kafka or the registry is not reachable right now, or the state asked for is moving "
+    "between workers (Retry-After)",
 }
 
 

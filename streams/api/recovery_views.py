@@ -21,8 +21,8 @@ import logging
 from typing import Any
 
 from streams.api.context import ApiContext, ApiRequest, Reply
-from streams.errors import HookstreamError, ValidationError
-from streams.services import recovery, replay
+from streams.errors import ConfigError, HookstreamError, ValidationError
+from streams.services import ledger, recovery, replay
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,14 @@ def _rate(body: dict[str, Any]) -> float | None:
     return rate
 
 
+def ledger_of(ctx: ApiContext) -> ledger.LedgerSource:
+    """The ledger state, read from whichever worker holds each subscription (S6)."""
+    source: ledger.LedgerSource | None = getattr(ctx.app, "hookstream_ledger", None)
+    if source is None:
+        raise ConfigError("ledger", "this worker runs without the ledger state")
+    return source
+
+
 async def progress_of(ctx: ApiContext, subscription_id: str) -> dict[str, Any] | None:
     """The subscription's backfill progress, or None (also when Kafka cannot say right now)."""
     try:
@@ -107,8 +115,8 @@ async def replay_subscription(ctx: ApiContext, req: ApiRequest) -> Reply:
 async def replay_delivery(ctx: ApiContext, req: ApiRequest) -> Reply:
     confirm = _flag(req.body or {}, "confirm_duplicate")
     source = await ctx.ready_registry()
-    done = await asyncio.to_thread(
-        replay.replay_delivery, ctx.settings, req.params["id"], confirm_duplicate=confirm,
+    done = await replay.replay_delivery(
+        ctx.settings, ledger_of(ctx), req.params["id"], confirm_duplicate=confirm,
         source=source, visible=req.principal.sees,
     )  # fmt: skip
     return Reply(200, done)
@@ -123,8 +131,8 @@ async def replay_dead_letters(ctx: ApiContext, req: ApiRequest) -> Reply:
     since, until = _millis(body, "since"), _millis(body, "until")
     dry_run, rate, reason = _flag(body, "dry_run"), _rate(body), _text(body, "reason")
     source = await ctx.ready_registry()
-    done = await asyncio.to_thread(
-        replay.replay_dead_letters, ctx.settings, sub.id, reason=reason, since_ms=since,
+    done = await replay.replay_dead_letters(
+        ctx.settings, ledger_of(ctx), sub.id, reason=reason, since_ms=since,
         until_ms=until, dry_run=dry_run, rate=rate, source=source,
     )  # fmt: skip
     return Reply(200, done)

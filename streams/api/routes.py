@@ -12,6 +12,7 @@ from streams.api import recovery_views as rv
 from streams.api import schemas as s
 from streams.api import views as v
 from streams.api.context import ApiContext, ApiRequest, Reply
+from streams.services.ledger import LISTED_STATES
 
 Handler = Callable[[ApiContext, ApiRequest], Awaitable[Reply]]
 
@@ -46,6 +47,7 @@ class Route:
 
 
 _LIMIT = Query("limit", {"type": "integer", "minimum": 1, "maximum": 500}, "Page size.")
+_CURSOR = Query("cursor", {"type": "string"}, "next_cursor of the previous page.")
 _SUB = "/v1/subscriptions/{id}"
 _WINDOW = Query(
     "window",
@@ -83,11 +85,10 @@ ROUTES: tuple[Route, ...] = (
           s.SUBSCRIPTION, request=s.ROTATE_REQUEST, request_required=False,
           errors=(400, 404, 422)),
     Route("get", f"{_SUB}/deliveries", v.subscription_deliveries,
-          "The subscription's deliveries from the ledger.", s.DELIVERY_LIST,
+          "The subscription's deliveries from the ledger, newest first (S6).", s.DELIVERY_LIST,
           errors=(404, 422), tag="deliveries", query=(
-              Query("status", {"type": "string", "enum": ["pending", "delivering", "success",
-                                                          "error", "exhausted", "dead"]},
-                    "Only deliveries in this state."), _LIMIT)),
+              Query("status", {"type": "string", "enum": list(LISTED_STATES)},
+                    "Only deliveries in this state."), _LIMIT, _CURSOR)),
     Route("get", f"{_SUB}/health", v.subscription_health,
           "Health record (H1) and this worker's breaker state for the endpoint (H7).",
           s.HEALTH_RECORD, errors=(404,), tag="health"),
@@ -117,13 +118,14 @@ ROUTES: tuple[Route, ...] = (
           "Send a subscription's dead letters again (by reason prefix and time), paced, "
           "or count them with dry_run.", s.REPLAY_RESULT,
           request=s.REPLAY_DLQ_REQUEST, errors=(400, 404, 409, 422), tag="deliveries"),
-    Route("get", "/v1/dlq", v.list_dead_letters, "Dead letters.", s.DEAD_LETTER_LIST,
-          errors=(404, 422), tag="deliveries", query=(
+    Route("get", "/v1/dlq", v.list_dead_letters, "Dead letters, newest first (S6).",
+          s.DEAD_LETTER_LIST, errors=(404, 422), tag="deliveries", query=(
               Query("subscription_id", {"type": "string"}, "Only this subscription."),
+              Query("tenant_id", {"type": "string"}, "Only this tenant (operator key)."),
               Query("reason", {"type": "string"}, "Reason prefix, e.g. http_404."),
               Query("since", {"type": "integer", "minimum": 0}, "From (epoch ms, inclusive)."),
               Query("until", {"type": "integer", "minimum": 0}, "To (epoch ms, exclusive)."),
-              _LIMIT)),
+              _LIMIT, _CURSOR)),
     Route("get", "/v1/health", v.health_summary,
           "Counts of active, suspended, disabled and failing subscriptions, and each "
           "visible subscription's health (S4).", s.HEALTH_SUMMARY, tag="health"),

@@ -143,8 +143,8 @@ DELIVERY_SUMMARY: Schema = {
         "subscription_id": _STR,
         "event_id": _STR,
         "event_type": _STR,
-        "state": {"type": "string"},
-        "attempts": {"type": "integer"},
+        "state": {"type": "string", "enum": ["success", "error", "exhausted", "dead"]},
+        "attempts": {"type": "integer", "description": "Lifetime count (D7)."},
         "last_http_status": {"type": ["integer", "null"]},
         "last_error": {"type": ["string", "null"]},
         "first_attempt_at": _MS,
@@ -156,8 +156,11 @@ DELIVERY_SUMMARY: Schema = {
 
 DELIVERY_LIST: Schema = {
     "type": "object",
-    "properties": {"items": {"type": "array", "items": DELIVERY_SUMMARY}},
-    "required": ["items"],
+    "properties": {
+        "items": {"type": "array", "items": DELIVERY_SUMMARY},
+        "next_cursor": {"type": ["string", "null"]},
+    },
+    "required": ["items", "next_cursor"],
 }
 
 DELIVERY: Schema = {
@@ -171,8 +174,11 @@ DELIVERY: Schema = {
 
 DEAD_LETTER_LIST: Schema = {
     "type": "object",
-    "properties": {"items": {"type": "array", "items": {"type": "object"}}},
-    "required": ["items"],
+    "properties": {
+        "items": {"type": "array", "items": {"type": "object"}},
+        "next_cursor": {"type": ["string", "null"]},
+    },
+    "required": ["items", "next_cursor"],
 }
 
 _RATE = {
@@ -268,6 +274,7 @@ HEALTH_RECORD: Schema = {
     "type": "object",
     "properties": {
         "subscription_id": _STR,
+        "tenant_id": _STR,
         "status": {"type": "string", "enum": ["active", "suspended", "disabled"]},
         "status_reason": {"type": ["string", "null"]},
         "suspended_at": {"type": ["integer", "null"]},

@@ -2,7 +2,8 @@
 
 Each view takes the `ApiContext` and an `ApiRequest` (already authenticated, JSON already
 parsed) and returns a `Reply`; errors are raised typed and rendered in ``streams.api.errors``.
-Blocking service calls (Kafka produce, topic scans) run in a thread.
+Blocking service calls (Kafka produce) run in a thread; reads of worker state (S6) are
+awaited from whichever worker holds it.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import orjson
 from streams.api.context import ApiContext, ApiRequest, Reply
 from streams.api.errors import PayloadTooLargeApiError, TooManyRequestsError
 from streams.api.openapi import build_openapi
-from streams.api.recovery_views import progress_of
-from streams.domain.models import DeliveryState, Subscription, SubscriptionStatus
-from streams.errors import NotFoundError, ValidationError
+from streams.api.recovery_views import ledger_of, progress_of
+from streams.domain.models import Subscription, SubscriptionStatus
+from streams.errors import ConfigError, NotFoundError, ValidationError
 from streams.plain import plain
 from streams.services import health as health_service
 from streams.services import ingest, ledger, stats
@@ -29,7 +30,7 @@ from streams.services import subscriptions as service
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 500
 _STATUSES = frozenset(s.value for s in SubscriptionStatus)
-_STATES = frozenset(s.value for s in DeliveryState)
+_STATES = frozenset(ledger.LISTED_STATES)
 
 
 # --- query parsing -------------------------------------------------------------------------------
@@ -183,45 +184,45 @@ async def test_subscription(ctx: ApiContext, req: ApiRequest) -> Reply:
 
 
 async def subscription_deliveries(ctx: ApiContext, req: ApiRequest) -> Reply:
+    """S6: a subscription's deliveries, newest first, by state, in cursor pages."""
     sub = await ctx.visible(req.principal, req.params["id"])
     state = _choice(req.query, "status", _STATES)
     limit = _limit(req.query)
-    found = await asyncio.to_thread(ledger.list_deliveries, ctx.settings, sub.id, state)
-    return Reply(200, {"items": plain(found[-limit:])})
+    page = await ledger_of(ctx).deliveries(sub.id, state, req.query.get("cursor"), limit)
+    return Reply(200, page)
 
 
 # --- deliveries and dead letters ------------------------------------------------------------------
 
 
 async def get_delivery(ctx: ApiContext, req: ApiRequest) -> Reply:
-    delivery_id = req.params["id"]
-    history = await asyncio.to_thread(ledger.delivery_history, ctx.settings, delivery_id)
-    if not req.principal.sees(history[-1].tenant_id):
-        raise NotFoundError(f"delivery {delivery_id} not found in the ledger")
-    return Reply(200, {"summary": plain(ledger.summarise(history)), "attempts": plain(history)})
+    found = await ledger.get_delivery(ledger_of(ctx), req.params["id"], req.principal.sees)
+    return Reply(200, found)
 
 
 async def list_dead_letters(ctx: ApiContext, req: ApiRequest) -> Reply:
+    """S6: dead letters by subscription, reason and time, newest first, in cursor pages."""
     sub_id = req.query.get("subscription_id")
-    if sub_id is not None and not req.principal.is_operator:
+    if sub_id is not None:
         await ctx.visible(req.principal, sub_id)
     since, until = _millis(req.query, "since"), _millis(req.query, "until")
-    limit = _limit(req.query)
-    letters = await asyncio.to_thread(
-        ledger.list_dead_letters, ctx.settings, sub_id, req.query.get("reason"), since, until
-    )
-    mine = [d for d in letters if req.principal.sees(d.tenant_id)]
-    return Reply(200, {"items": plain(mine[-limit:])})
+    page = await ledger_of(ctx).dead_letters(
+        subscription_id=sub_id, tenant_id=_tenant_filter(req), reason=req.query.get("reason"),
+        since_ms=since, until_ms=until, cursor=req.query.get("cursor"), limit=_limit(req.query),
+    )  # fmt: skip
+    return Reply(200, page)
 
 
 # --- analytics (O2) -------------------------------------------------------------------------------
 
 
 def _analytics(ctx: ApiContext) -> stats.AnalyticsSource:
-    """The analytics agent's tables, read from whichever worker holds each subscription; a
-    worker that runs without the agent folds the attempt ledger per request."""
+    """The analytics agent's tables, read from whichever worker holds each subscription (S6:
+    never a topic scan on a read path)."""
     store: stats.AnalyticsSource | None = getattr(ctx.app, "hookstream_analytics", None)
-    return stats.ScannedAnalytics(ctx.settings) if store is None else store
+    if store is None:
+        raise ConfigError("analytics", "this worker runs without the analytics agent")
+    return store
 
 
 async def subscription_stats(ctx: ApiContext, req: ApiRequest) -> Reply:
@@ -242,13 +243,14 @@ async def tenant_stats(ctx: ApiContext, req: ApiRequest) -> Reply:
     return Reply(200, stats.tenant_answer(found))
 
 
-# --- being built elsewhere ----------------------------------------------------------------------
+# --- health (S4) ----------------------------------------------------------------------------------
 
 
 async def subscription_health(ctx: ApiContext, req: ApiRequest) -> Reply:
-    """S4: one subscription's health record and its endpoint's breaker state."""
+    """S4: one subscription's health record, read from the health agent's table (S6), and its
+    endpoint's breaker state."""
     sub = await ctx.visible(req.principal, req.params["id"])
-    records = await asyncio.to_thread(health_service.health_records, ctx.settings)
+    records = health_service.records_of(await ledger_of(ctx).health([sub.id]))
     breaker = _breaker_state(ctx, sub)
     return Reply(200, health_service.record_view(sub, records.get(sub.id), breaker))
 
@@ -257,7 +259,7 @@ async def health_summary(ctx: ApiContext, req: ApiRequest) -> Reply:
     """S4: counts per status, failing subscriptions, and each visible subscription's health."""
     registry = await ctx.ready_registry()
     subs = [s for s in registry.all() if req.principal.sees(s.tenant_id)]
-    records = await asyncio.to_thread(health_service.health_records, ctx.settings)
+    records = health_service.records_of(await ledger_of(ctx).health([s.id for s in subs]))
     body = health_service.summary(subs, records)
     body["subscriptions"] = [
         health_service.record_view(s, records.get(s.id), _breaker_state(ctx, s)) for s in subs

@@ -40,3 +40,12 @@ def parse_time(text: str | None) -> int | None:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+#: The worker a command asks (S6: the ledger, dead letters and health live in the workers).
+worker_option = click.option(
+    "--worker",
+    "worker_url",
+    default=None,
+    help="Base URL of the worker to ask [default: http://<HOOKSTREAM_WEB_HOST>:<HOOKSTREAM_WEB_PORT>].",
+)

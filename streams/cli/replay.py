@@ -3,11 +3,20 @@ and reset a consumer group's offsets to a datetime (R4)."""
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import click
 
-from streams.cli.common import echo_json, fmt_ms, json_option, parse_time, settings
+from streams.cli.common import (
+    echo_json,
+    fmt_ms,
+    json_option,
+    parse_time,
+    settings,
+    worker_option,
+)
 from streams.errors import ValidationError
-from streams.services import offset_reset
+from streams.services import offset_reset, worker_api
 from streams.services import replay as service
 
 _RATE = click.option(
@@ -64,9 +73,14 @@ def replay(
 @click.argument("delivery_id")
 @click.option("--confirm-duplicate", is_flag=True, help="Replay even if it already succeeded.")
 @json_option
-def delivery(delivery_id: str, confirm_duplicate: bool, as_json: bool) -> None:
+@worker_option
+def delivery(
+    delivery_id: str, confirm_duplicate: bool, worker_url: str | None, as_json: bool
+) -> None:
     """Send one delivery again, with its webhook-id (409 if it already succeeded)."""
-    done = service.replay_delivery(settings(), delivery_id, confirm_duplicate=confirm_duplicate)
+    path = f"/v1/deliveries/{quote(delivery_id, safe='')}/replay"
+    body = {"confirm_duplicate": confirm_duplicate}
+    done = worker_api.call(settings(), "POST", path, body=body, url=worker_url)
     if as_json:
         echo_json(done)
         return
@@ -129,6 +143,7 @@ def range_(
 @click.option("--dry-run", is_flag=True, help="Only count the dead letters it would replay.")
 @_RATE
 @json_option
+@worker_option
 def dlq_replay(
     subscription_id: str,
     reason: str | None,
@@ -136,19 +151,21 @@ def dlq_replay(
     until: str | None,
     dry_run: bool,
     rate: float | None,
+    worker_url: str | None,
     as_json: bool,
 ) -> None:
     """Send dead letters again (same webhook-ids), paced on the backfill lane."""
+    body = {
+        "subscription_id": subscription_id,
+        "reason": reason,
+        "since": parse_time(since),
+        "until": parse_time(until),
+        "dry_run": dry_run,
+        "rate": rate,
+    }
+    body = {name: value for name, value in body.items() if value is not None}
     try:
-        done = service.replay_dead_letters(
-            settings(),
-            subscription_id,
-            reason=reason,
-            since_ms=parse_time(since),
-            until_ms=parse_time(until),
-            dry_run=dry_run,
-            rate=rate,
-        )
+        done = worker_api.call(settings(), "POST", "/v1/dlq/replay", body=body, url=worker_url)
     except ValidationError as exc:
         raise click.BadParameter(str(exc)) from exc
     if as_json:

@@ -1,10 +1,10 @@
 """`hookstream stats`: delivery analytics of a subscription or a tenant (SPEC O2).
 
 The figures live in the workers' analytics tables, so the command asks a worker's admin API
-(``--worker``, by default this machine's ``HOOKSTREAM_WEB_PORT``) with the operator key. When no
-worker answers there, or with ``--ledger``, it reads the `attempts` topic once and folds it with
-the same pure code as the analytics agent (``streams.services.stats.ScannedAnalytics``): that
-needs only the broker, and takes longer on a large ledger.
+(``--worker``, by default this machine's ``HOOKSTREAM_WEB_PORT``) with the operator key (S6).
+Only with ``--ledger``, an audit, it reads the `attempts` topic once and folds it with the same
+pure code as the analytics agent (``streams.services.stats.ScannedAnalytics``): that needs only
+the broker, and takes longer on a large ledger.
 """
 
 from __future__ import annotations
@@ -129,8 +129,7 @@ def stats(
     """Latency percentiles, success rates, failing event types and retry health.
 
     Asks a worker, which reads the analytics tables of whichever worker holds each
-    subscription. When no worker answers (or none is running), folds the attempt ledger from
-    Kafka instead, and says so on stderr.
+    subscription. With --ledger, folds the attempts topic here instead (an audit).
     """
     if (subscription_id is None) == (tenant_id is None):
         raise click.UsageError("give exactly one of --subscription or --tenant")
@@ -141,11 +140,17 @@ def stats(
     else:
         path = f"/v1/tenants/{quote(tenant_id or '', safe='')}/stats"
     answer = None if from_ledger else service.ask_worker(config, url, path, window)
+    if answer is None and not from_ledger:
+        why = (
+            "HOOKSTREAM_ADMIN_TOKEN is not set"
+            if config.admin_token is None
+            else f"no worker answered at {url}"
+        )
+        raise click.ClickException(
+            f"{why}; --ledger folds the attempts topic here instead (an audit: it reads the "
+            "whole topic)"
+        )
     if answer is None:
-        if config.admin_token is None and not from_ledger:
-            click.echo("HOOKSTREAM_ADMIN_TOKEN is not set: folding the attempt ledger", err=True)
-        elif not from_ledger:
-            click.echo(f"no worker answered at {url}: folding the attempt ledger", err=True)
         answer = _from_ledger(config, subscription_id, tenant_id, window)
     if as_json:
         echo_json(answer)

@@ -29,6 +29,7 @@ from streams.adapters.local_kafka import LocalKafka
 from streams.adapters.registry import SubscriptionRegistry
 from streams.adapters.secretbox import local_key
 from streams.adapters.ssrf import guarded_transport
+from streams.agents.ledger import standalone
 from streams.demo.receivers import DemoReceivers
 from streams.demo.run import DEMO_POLICY, start_worker
 from streams.domain.idempotency import delivery_id
@@ -104,7 +105,8 @@ async def run_scenario(settings: Settings, say: Callable[[str], None]) -> bool:
     worker = start_worker(settings)
     stop = asyncio.Event()
     registry = SubscriptionRegistry(settings)
-    runner = BackfillRunner(settings, registry)
+    ledger = standalone(settings, settings.data_dir / "demo-ledger")
+    runner = BackfillRunner(settings, registry, ledger)
     tasks = [asyncio.create_task(registry.run(stop)), asyncio.create_task(runner.run(stop))]
     transport = guarded_transport(settings, body_cap=settings.response_body_cap)
     run = uuid.uuid4().hex[:6]
@@ -141,6 +143,7 @@ async def run_scenario(settings: Settings, say: Callable[[str], None]) -> bool:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.gather(*tasks), 20)
         await transport.aclose()
+        await asyncio.to_thread(ledger.close)
         worker.terminate()
         worker.wait(30)
         await receivers.stop()

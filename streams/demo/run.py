@@ -29,9 +29,9 @@ from streams.adapters.secretbox import KEY_FILE, local_key
 from streams.demo.receivers import DemoReceivers, Endpoint
 from streams.domain.models import Event, SubscriptionStatus
 from streams.errors import HookstreamError
+from streams.services.audit import list_dead_letters
 from streams.services.config import set_policy
 from streams.services.events import publish_events
-from streams.services.ledger import list_dead_letters
 from streams.services.subscriptions import create_subscription, list_subscriptions
 from streams.settings import Settings, load_settings
 

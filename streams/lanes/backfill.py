@@ -40,6 +40,7 @@ from streams.domain.models import ControlEvent
 from streams.domain.recovery import ControlKind, Job, Progress, resume_point
 from streams.errors import DecodeError
 from streams.lanes.job import JobRun
+from streams.services.ledger import LedgerSource
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -56,11 +57,13 @@ class BackfillRunner:
         self,
         settings: Settings,
         registry: SubscriptionRegistry,
+        ledger: LedgerSource,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
         self._settings = settings
         self._registry = registry
+        self._ledger = ledger
         self._clock = clock
         self._sleep = sleep
         self._topic = settings.topic("control")
@@ -137,6 +140,7 @@ class BackfillRunner:
                     self._producer,
                     self._acks,
                     functools.partial(self._checkpoint, part, offset),
+                    self._ledger,
                 )
                 await run.execute()
                 await self._finish(part, offset, job, progress)
@@ -261,7 +265,11 @@ def backfill_component(app: Any, settings: Settings) -> None:
 
         async def on_start(self) -> None:
             self._stop = asyncio.Event()
-            runner = BackfillRunner(settings, app.hookstream_pipeline.registry)
+            runner = BackfillRunner(
+                settings,
+                app.hookstream_pipeline.registry,
+                app.hookstream_ledger,
+            )
             self._task = asyncio.create_task(runner.run(self._stop), name="hookstream-backfill")
 
         async def on_stop(self) -> None:

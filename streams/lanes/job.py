@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Producer
 
@@ -34,7 +34,8 @@ from streams.domain.recovery import (
     redelivery,
     selects,
 )
-from streams.services.ledger import list_dead_letters
+from streams.errors import HookstreamError
+from streams.services.ledger import LedgerSource, letters_to_replay
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,9 @@ VERSION_WAIT_S = 30.0
 #: A pause before the first record, so every worker's registry has the new version too.
 START_GRACE_S = 1.0
 CHECKPOINT_EVERY_S = 1.0
+#: How long a job waits for the ledger state of its subscription while partitions move.
+LEDGER_WAIT_S = 300.0
+T = TypeVar("T")
 
 
 class JobRun:
@@ -58,8 +62,11 @@ class JobRun:
         producer: Producer,
         acks: ProduceTracker,
         checkpoint: Callable[[], Awaitable[None]],
+        ledger: LedgerSource,
     ) -> None:
+        """``ledger`` gives the job's dead letters and the deliveries' attempt counts (S6)."""
         self._settings = settings
+        self._ledger = ledger
         self._registry = registry
         self.job = job
         self.progress = progress
@@ -80,7 +87,7 @@ class JobRun:
         if sub is None:
             self.progress.state = JobState.ABORTED
             return
-        letters = await asyncio.to_thread(self._letters, sub)
+        letters = await self._letters(sub)
         self._dlq_ids = {d.delivery.delivery_id for d in letters if d.delivery is not None}
         reader = ArchiveReader(self._settings)
         try:
@@ -106,12 +113,18 @@ class JobRun:
                 return sub  # a newer write may have replaced it; deleted: None
             await asyncio.sleep(0.1)
 
-    def _letters(self, sub: Subscription) -> list[DeadLetter]:
-        window = self.job.dlq_window
-        if window is None:
+    async def _letters(self, sub: Subscription) -> list[DeadLetter]:
+        """The job's dead letters: one per delivery, with its lifetime attempt count (R3)."""
+        if self.job.dlq_window is None:
             return []
-        found = list_dead_letters(self._settings, sub.id)
-        return [d for d in found if letter_selected(d, sub.id, self.job.dlq_reason, window)]
+        window = self.job.dlq_window
+        assert window is not None
+        found = await self._asked(
+            lambda: letters_to_replay(
+                self._ledger, sub.id, self.job.dlq_reason, window.start_ms, window.end_ms
+            )
+        )
+        return [d for d in found if letter_selected(d, sub.id, self.job.dlq_reason, None)]
 
     def _plan(self, reader: ArchiveReader, sub: Subscription, letters: int) -> None:
         """Fix the archive ranges and count the total, once per job."""
@@ -154,6 +167,7 @@ class JobRun:
             if sub is None:
                 return
             batch = await loop.run_in_executor(None, reader.batch, sub.tenant_id)
+            counts = await self._counts(sub, batch)
             for record in batch:
                 event = record.event
                 if event is not None and selects(sub, event) and event.id not in self._seen:
@@ -161,9 +175,35 @@ class JobRun:
                     key = delivery_id(event.id, sub.id)
                     if key not in self._dlq_ids:
                         now_ms = int(self._clock() * 1000)
-                        await self._send(sub, redelivery(key, sub, event, self.job.lane, 1, now_ms))
+                        number = counts.get(key, 0) + 1  # after its lifetime count (D7)
+                        delivery = redelivery(key, sub, event, self.job.lane, number, now_ms)
+                        await self._send(sub, delivery)
                 progress.positions[record.partition] = record.offset + 1
                 await self._maybe_checkpoint()
+
+    async def _counts(self, sub: Subscription, batch: list[Any]) -> dict[str, int]:
+        """The lifetime attempt counts of a batch's deliveries to ``sub``, from the ledger."""
+        keys = [
+            delivery_id(r.event.id, sub.id)
+            for r in batch
+            if r.event is not None and selects(sub, r.event)
+        ]
+        if not keys:
+            return {}
+        return await self._asked(lambda: self._ledger.attempt_counts(sub.id, keys))
+
+    async def _asked(self, ask: Callable[[], Awaitable[T]]) -> T:
+        """``ask()`` of the ledger state, asked again while its partition moves between workers
+        (503): a rebalance pauses the job instead of failing it."""
+        deadline = time.monotonic() + LEDGER_WAIT_S
+        while True:
+            try:
+                return await ask()
+            except HookstreamError as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.info("backfill job waits for the ledger: %s", exc)
+                await asyncio.sleep(1.0)
 
     # --- writing -------------------------------------------------------------------------------
     def _current(self) -> Subscription | None:

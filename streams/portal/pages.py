@@ -8,22 +8,20 @@ move onto them. A link session (`Session.scope`) sees its one subscription and n
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Any, Final
 from urllib.parse import quote, urlencode
 
 from streams.api import views as v
-from streams.api.auth import OPERATOR, authenticate
 from streams.api.context import ApiRequest
-from streams.api.errors import UnauthorizedError
 from streams.domain.models import DeliveryState, Subscription
 from streams.domain.portal_tokens import TokenError, verify_link
-from streams.errors import NotFoundError, ValidationError
+from streams.errors import NotFoundError, UnauthorizedError, ValidationError
 from streams.plain import plain
 from streams.portal.charts import Series, line_chart
 from streams.portal.web import COOKIE, PRE_COOKIE, PREFIX, Call, Page, Portal, Redirect
-from streams.services import ledger, stats
+from streams.services import stats
+from streams.services.auth import OPERATOR, authenticate
 from streams.services.stats_series import hourly
 
 PAGE_SIZE: Final = 25
@@ -201,27 +199,23 @@ def _whole(query: dict[str, str], name: str, default: int, top: int) -> int:
 
 
 async def deliveries(portal: Portal, call: Call) -> Page | Redirect:
+    """A subscription's deliveries, newest first, by state, in the API's cursor pages (S6)."""
     sub = await visible(portal, call, call.params["id"])
     state = call.query.get("state") or None
     if state is not None and state not in STATES:
         raise ValidationError({"state": f"must be one of {', '.join(STATES)}"})
-    since, until = _moment(call.query, "since"), _moment(call.query, "until")
-    page = _whole(call.query, "page", 1, 100_000)
     size = _whole(call.query, "size", PAGE_SIZE, 100)
-    found = await asyncio.to_thread(ledger.list_deliveries, portal.settings, sub.id, state)
-    found = [
-        d for d in reversed(found)
-        if (since is None or d.last_attempt_at >= since)
-        and (until is None or d.last_attempt_at < until)
-    ]  # fmt: skip
-    shown = found[(page - 1) * size : page * size]
-    keep = {k: call.query[k] for k in ("state", "since", "until", "size") if call.query.get(k)}
+    query = {"limit": str(size), **({"status": state} if state else {})}
+    if call.query.get("cursor"):
+        query["cursor"] = call.query["cursor"]
+    found = (await v.subscription_deliveries(portal.ctx, request(call, {"id": sub.id}, query))).body
+    keep = {k: call.query[k] for k in ("state", "size") if call.query.get(k)}
     link = sub_path(sub.id, "/deliveries?")
+    after = found.get("next_cursor")
     context = {
-        "sub": sub, "items": shown, "states": STATES, "filters": keep, "total": len(found),
-        "newer": link + urlencode({**keep, "page": page - 1}) if page > 1 else None,
-        "older": link + urlencode({**keep, "page": page + 1})
-        if page * size < len(found) else None,
+        "sub": sub, "items": found["items"], "states": STATES, "filters": keep,
+        "newest": link + urlencode(keep) if call.query.get("cursor") else None,
+        "older": link + urlencode({**keep, "cursor": after}) if after else None,
     }  # fmt: skip
     return Page("deliveries.html", context)
 

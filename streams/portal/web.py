@@ -23,9 +23,7 @@ from typing import Any, Final
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from streams.api.auth import Principal
 from streams.api.context import ApiContext
-from streams.api.errors import ApiError
 from streams.domain.portal_tokens import (
     Session,
     TokenError,
@@ -37,7 +35,8 @@ from streams.domain.portal_tokens import (
     sign,
     unsign,
 )
-from streams.errors import ConflictError, HookstreamError, NotFoundError, ValidationError
+from streams.errors import ApiError, ConflictError, HookstreamError, NotFoundError, ValidationError
+from streams.services.auth import Principal
 from streams.services.portal_links import link_key, master_secret
 from streams.settings import Settings
 

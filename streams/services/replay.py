@@ -9,6 +9,7 @@ only: a suspended or disabled one is refused with a 409 that names its status.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 import uuid
@@ -20,7 +21,7 @@ from streams.adapters.archive_reader import ArchiveReader
 from streams.adapters.control_log import append
 from streams.adapters.kafka_clients import make_producer, produce
 from streams.domain import recovery as rules
-from streams.domain.models import DeadLetter, DeliveryState, Event, Lane, Subscription
+from streams.domain.models import Delivery, DeliveryState, Event, Lane, Subscription
 from streams.domain.pacing import effective_rate
 from streams.domain.recovery import Job, JobKind, Window
 from streams.errors import HookstreamError, NotFoundError, ValidationError
@@ -49,17 +50,9 @@ def _find_event(settings: Settings, tenant_id: str, event_id: str, published_at:
     raise NotFoundError(f"event {event_id} is no longer in the archive (retention)")
 
 
-def _letter_of(settings: Settings, key: str) -> DeadLetter | None:
-    found = [
-        d
-        for d in ledger.list_dead_letters(settings)
-        if d.delivery is not None and d.delivery.delivery_id == key
-    ]
-    return found[-1] if found else None
-
-
-def replay_delivery(
+async def replay_delivery(
     settings: Settings,
+    ledger_source: ledger.LedgerSource,
     key: str,
     *,
     confirm_duplicate: bool = False,
@@ -67,32 +60,32 @@ def replay_delivery(
     visible: Callable[[str], bool] = lambda _tenant: True,
     clock: Clock = time.time,
 ) -> dict[str, Any]:
-    """R3: send delivery ``key`` again now; 409 if it already succeeded, unless confirmed."""
-    history = [a for a in ledger.all_attempts(settings) if a.delivery_id == key]
-    letter = _letter_of(settings, key)
-    if not history and letter is None:
+    """R3: send delivery ``key`` again now; 409 if it already succeeded, unless confirmed.
+
+    Its ledger entry (S6) gives its subscription, whether it succeeded and its lifetime attempt
+    count: the replay's attempt number is the next one (D7). Its newest dead letter, if any,
+    carries the payload; otherwise the event is read back from the archive."""
+    found = await ledger_source.delivery(key)
+    if found is None or not visible(found["tenant_id"]):
         raise NotFoundError(f"delivery {key} not found in the ledger")
-    sub_id = history[-1].subscription_id if history else str(letter.subscription_id)  # type: ignore[union-attr]
-    tenant = history[-1].tenant_id if history else str(letter.tenant_id)  # type: ignore[union-attr]
-    if not visible(tenant):
-        raise NotFoundError(f"delivery {key} not found in the ledger")
-    sub = get_subscription(settings, sub_id, source=source)
+    summary = found["summary"]
+    sub = get_subscription(settings, summary["subscription_id"], source=source)
     rules.check_replayable(sub)
-    succeeded = any(a.state is DeliveryState.SUCCESS for a in history)
+    succeeded = any(a["state"] == DeliveryState.SUCCESS.value for a in found["attempts"])
     rules.check_duplicate(key, succeeded, confirm_duplicate)
+    letters = await ledger_source.letters_of(key, sub.id)
     now_ms = int(clock() * 1000)
-    attempts = max((a.attempt for a in history), default=0)
-    if letter is not None:
-        delivery = rules.from_letter(letter, Lane.REPLAY, now_ms)
-        delivery = dataclasses.replace(delivery, attempt=max(delivery.attempt, attempts + 1))
+    attempts = int(summary["attempts"])
+    if letters:
+        delivery = rules.from_letter(letters[-1], Lane.REPLAY, now_ms)
     else:
-        last = history[-1]
-        event = _find_event(settings, tenant, last.event_id, last.published_at)
+        last = found["attempts"][-1]
+        event = await asyncio.to_thread(
+            _find_event, settings, found["tenant_id"], last["event_id"], last["published_at"]
+        )
         delivery = rules.redelivery(key, sub, event, Lane.REPLAY, attempts + 1, now_ms)
-    producer = make_producer(settings)
-    produce(producer, settings.topic("backfill"), sub.id, codec.encode(delivery))
-    if producer.flush(15):
-        raise HookstreamError("could not write the replay to Kafka")
+    delivery = dataclasses.replace(delivery, attempt=max(delivery.attempt, attempts + 1))
+    await asyncio.to_thread(_send_now, settings, sub.id, delivery)
     return {
         "delivery_id": key,
         "subscription_id": sub.id,
@@ -101,6 +94,13 @@ def replay_delivery(
         "lane": Lane.REPLAY.value,
         "duplicate": succeeded,
     }
+
+
+def _send_now(settings: Settings, sub_id: str, delivery: Delivery) -> None:
+    producer = make_producer(settings)
+    produce(producer, settings.topic("backfill"), sub_id, codec.encode(delivery))
+    if producer.flush(15):
+        raise HookstreamError("could not write the replay to Kafka")
 
 
 # --- archive ranges ------------------------------------------------------------------------------
@@ -198,8 +198,9 @@ def replay_range(
 # --- dead letters -------------------------------------------------------------------------------
 
 
-def replay_dead_letters(
+async def replay_dead_letters(
     settings: Settings,
+    ledger_source: ledger.LedgerSource,
     subscription_id: str,
     *,
     reason: str | None = None,
@@ -210,7 +211,8 @@ def replay_dead_letters(
     source: SubscriptionSource | None = None,
     clock: Clock = time.time,
 ) -> dict[str, Any]:
-    """R3: dead letters of one subscription, by reason prefix and time, sent again paced."""
+    """R3: dead letters of one subscription, by reason prefix and time, sent again paced: each
+    delivery once, whatever its number of dead letters (the dry run counts deliveries)."""
     if since_ms is not None and until_ms is not None and until_ms <= since_ms:
         raise ValidationError({"until": "must be later than since"})
     if rate is not None:
@@ -231,12 +233,9 @@ def replay_dead_letters(
     )
     out: dict[str, Any] = {"dry_run": dry_run, "subscription_id": sub.id, "reason": reason}
     if dry_run:
-        window = job.dlq_window
-        letters = ledger.list_dead_letters(settings, sub.id)
-        out["dead_letters"] = sum(
-            1 for d in letters if rules.letter_selected(d, sub.id, reason, window)
-        )
+        letters = await ledger.letters_to_replay(ledger_source, sub.id, reason, since_ms, until_ms)
+        out["dead_letters"] = len(letters)
         return out
-    append(settings, [job_event(job)])
+    await asyncio.to_thread(append, settings, [job_event(job)])
     out["job_id"] = job.job_id
     return out

@@ -68,6 +68,7 @@ def test_readme_quickstart_runs_as_written(tmp_path: Path) -> None:
     )
     script = quickstart().replace("receiver.log", str(tmp_path / "receiver.log"))
     script = script.replace("worker.log", str(tmp_path / "worker.log"))
+    script = script.replace("sub.json", str(tmp_path / "sub.json"))
     jars = load_settings().kafka_dir / "jars"  # the session's resolved jars: no second download
     if jars.is_dir():
         shutil.copytree(jars, tmp_path / "data" / "kafka" / "jars")

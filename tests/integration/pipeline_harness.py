@@ -16,10 +16,11 @@ from typing import Any
 import orjson
 
 from streams.adapters.kafka_admin import apply_topics, delete_topics, load_topology
+from streams.agents.ledger import LedgerState, standalone
 from streams.domain.models import Attempt, DeadLetter, Event, Subscription
 from streams.lanes.pipeline import Pipeline
+from streams.services.audit import all_attempts, list_dead_letters
 from streams.services.events import publish_events
-from streams.services.ledger import all_attempts, list_dead_letters
 from streams.services.subscriptions import create_subscription
 from streams.settings import Settings
 
@@ -40,6 +41,13 @@ class PipelineHarness:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.pipeline = Pipeline(settings)
+        self._ledger: LedgerState | None = None
+
+    def ledger(self) -> LedgerState:
+        """The ledger state of every partition, read in this process (S6), started on first use."""
+        if self._ledger is None:
+            self._ledger = standalone(self.settings, self.settings.data_dir / "ledger")
+        return self._ledger
 
     async def __aenter__(self) -> PipelineHarness:
         await asyncio.to_thread(apply_topics, self.settings)
@@ -49,6 +57,8 @@ class PipelineHarness:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.pipeline.stop()
+        if self._ledger is not None:
+            await asyncio.to_thread(self._ledger.close)
         topology = load_topology(self.settings)
         names = [spec.full_name for spec in topology.topics]
         await asyncio.to_thread(delete_topics, self.settings, names)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+from streams.agents.ledger import standalone
 from streams.lanes.backfill import BackfillRunner
 from streams.lanes.pipeline import Pipeline
 from streams.settings import load_settings
@@ -20,7 +21,9 @@ async def main() -> None:
     await pipeline.start()
     await pipeline.wait_ready(60)
     print("ready", flush=True)
-    await BackfillRunner(settings, pipeline.registry).run(asyncio.Event())
+    ledger = standalone(settings, settings.data_dir / "ledger")
+    letters = ledger
+    await BackfillRunner(settings, pipeline.registry, letters).run(asyncio.Event())
 
 
 if __name__ == "__main__":

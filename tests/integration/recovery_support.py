@@ -41,7 +41,8 @@ def _status(registry: SubscriptionRegistry, sub_id: str) -> Status | None:
 async def runner(h: PipelineHarness) -> AsyncIterator[BackfillRunner]:
     """The backfill runner next to the harness's lanes, as the worker runs it."""
     stop = asyncio.Event()
-    running = BackfillRunner(h.settings, h.pipeline.registry)
+    letters = h.ledger()
+    running = BackfillRunner(h.settings, h.pipeline.registry, letters)
     task = asyncio.create_task(running.run(stop))
     try:
         yield running

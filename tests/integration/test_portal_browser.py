@@ -25,7 +25,7 @@ from selenium.webdriver.support.select import Select
 from streams.adapters.kafka_admin import apply_topics
 from streams.domain.models import SubscriptionStatus
 from streams.domain.portal_tokens import sign_link
-from streams.services import keys, ledger
+from streams.services import audit, keys
 from streams.services.config import set_policy
 from streams.services.events import publish_events
 from streams.services.portal_links import link_key
@@ -107,7 +107,7 @@ def populate(portal: PortalEnv, receiver: Receiver) -> None:
     wait(lambda: get_subscription(s, failing.id).status is SubscriptionStatus.SUSPENDED,
          120, "the 503 endpoint suspended")  # fmt: skip
     dead = portal.subs["dead"].id
-    wait(lambda: len(ledger.list_dead_letters(s, dead)) >= 2, 60, "two dead letters")
+    wait(lambda: len(audit.list_dead_letters(s, dead)) >= 2, 60, "two dead letters")
     # published while suspended: the backfill delivers them after the re-enable (R2)
     publish_events(s, [make_event("acme", "order.updated", n) for n in range(3)])
 
@@ -309,7 +309,9 @@ def test_u4_isolation_csrf_headers_and_links(env: PortalEnv) -> None:
     with env.http() as http:
         assert http.get(f"/subscriptions/{mine.id}").status_code == 404
         assert http.get(f"/subscriptions/{mine.id}/deliveries").status_code == 404
-        acme_delivery = ledger.list_deliveries(env.settings, mine.id)[0].delivery_id
+        acme_delivery = next(
+            a.delivery_id for a in audit.all_attempts(env.settings) if a.subscription_id == mine.id
+        )
         assert http.get(f"/deliveries/{acme_delivery}").status_code == 404
         assert http.get(f"/subscriptions/{mine.id}/dead-letters").status_code == 404
         assert http.post(f"/subscriptions/{mine.id}/disable").status_code == 403  # no token

@@ -181,21 +181,19 @@ async def test_r3_replay_of_a_success_needs_confirmation_and_keeps_the_webhook_i
         while not await succeeded():
             assert time.monotonic() < deadline, "the ledger never showed the success"
             await asyncio.sleep(0.3)
+        await h.ledger().wait_ready(60)  # S6: read up to where the topics end now
         with pytest.raises(ConflictError, match="already succeeded"):
-            await asyncio.to_thread(replay.replay_delivery, h.settings, key)
-        done = await asyncio.to_thread(
-            replay.replay_delivery, h.settings, key, confirm_duplicate=True
-        )
+            await replay.replay_delivery(h.settings, h.ledger(), key)
+        done = await replay.replay_delivery(h.settings, h.ledger(), key, confirm_duplicate=True)
         assert done["attempt"] == 2 and done["lane"] == Lane.REPLAY.value
         await h.wait_for(lambda: len(receiver.requests) >= 2, 30)
         assert [r.headers["webhook-id"] for r in receiver.requests] == [key, key]
         await asyncio.to_thread(disable_subscription, h.settings, sub.id)
         await h.wait_for(lambda: h.pipeline.registry.get(sub.id).status.value == "disabled", 20)  # type: ignore[union-attr]
         with pytest.raises(ConflictError, match="disabled"):
-            await asyncio.to_thread(
-                replay.replay_delivery, h.settings, key, confirm_duplicate=True,
-                source=h.pipeline.registry,
-            )  # fmt: skip
+            await replay.replay_delivery(
+                h.settings, h.ledger(), key, confirm_duplicate=True, source=h.pipeline.registry
+            )
         with pytest.raises(ConflictError, match="disabled"):
             await asyncio.to_thread(
                 replay.replay_range, h.settings, 0, _now_ms(), subscription_id=sub.id,

@@ -38,8 +38,8 @@ from streams.cli.stats import stats as stats_command
 from streams.domain.models import Attempt, Event, Lane, Subscription
 from streams.domain.sketch import RELATIVE_ACCURACY
 from streams.services import keys
+from streams.services.audit import all_attempts
 from streams.services.events import publish_events
-from streams.services.ledger import all_attempts
 from streams.services.subscriptions import create_subscription
 from streams.settings import Settings
 from tests.integration.pipeline_harness import make_event
@@ -371,11 +371,14 @@ def test_o2_every_figure_from_a_worker_with_known_latencies_and_outcomes(
     text = _cli(env, "--tenant", env.tenant, "--window", "1h", "--worker", url)
     assert f"{env.subs['fast'].id}  attempts=10 ok=100.0%" in text.stdout
     assert "WARNING: slow" in text.stdout and "retry backlog      10" in text.stdout
-    nobody = _cli(
-        env, "--subscription", env.subs["gone"].id, "--json", "--worker", "http://127.0.0.1:9"
-    )  # nothing listens there: the ledger answers
-    assert "no worker answered at http://127.0.0.1:9" in nobody.stderr
-    assert json.loads(nobody.stdout)["failed"] == 10
+    nobody = CliRunner().invoke(
+        stats_command,
+        ["--subscription", env.subs["gone"].id, "--json", "--worker", "http://127.0.0.1:9"],
+        env=settings_env(env.settings),
+    )  # nothing listens there: an error, never a topic scan behind the user's back (S6)
+    assert nobody.exit_code == 1
+    assert "no worker answered at http://127.0.0.1:9" in nobody.output
+    assert "--ledger" in nobody.output
 
     # Tenant isolation (Q6) and input checks (S1).
     _, other_key = keys.create_key(env.settings, f"o{uuid.uuid4().hex[:6]}")

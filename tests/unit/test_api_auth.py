@@ -9,12 +9,12 @@ import orjson
 import pytest
 
 from streams.adapters.registry import ApiKeyRegistry, key_hash
-from streams.api.auth import authenticate
 from streams.api.component import dispatch
 from streams.api.context import ApiContext
-from streams.api.errors import UnauthorizedError, render
+from streams.api.errors import render
 from streams.api.routes import ROUTES, Route
-from streams.errors import ConflictError, NotFoundError, ValidationError
+from streams.errors import ConflictError, NotFoundError, UnauthorizedError, ValidationError
+from streams.services.auth import authenticate
 from streams.services.keys import parse_key
 from streams.settings import load_settings
 

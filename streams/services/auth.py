@@ -12,7 +12,7 @@ import hmac
 from dataclasses import dataclass
 
 from streams.adapters.registry import ApiKeyRegistry
-from streams.api.errors import UnauthorizedError
+from streams.errors import UnauthorizedError
 from streams.services.keys import parse_key
 
 
