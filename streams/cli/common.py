@@ -20,6 +20,11 @@ def echo_json(value: Any) -> None:
     click.echo(json.dumps(plain(value), indent=2, sort_keys=True))
 
 
+def shown(value: object) -> str:
+    """A value as the CLI prints it: ``-`` for a missing one, never Python's ``None``."""
+    return "-" if value is None else str(value)
+
+
 def fmt_ms(ms: int | None) -> str:
     if ms is None:
         return "-"

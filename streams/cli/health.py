@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from streams.cli.common import echo_json, fmt_ms, json_option, settings, worker_option
+from streams.cli.common import echo_json, fmt_ms, json_option, settings, shown, worker_option
 from streams.services import worker_api
 
 
@@ -51,7 +51,7 @@ def health(
         click.echo(
             f"{view['subscription_id']}  {view['status']:<9} "
             f"failures={rec['consecutive_failures']} since={fmt_ms(rec['first_failure_at'])} "
-            f"last={rec['last_status']} reason={view['status_reason'] or '-'} "
+            f"last={shown(rec['last_status'])} reason={view['status_reason'] or '-'} "
             f"breaker={view['breaker']}"
         )
 

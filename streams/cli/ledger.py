@@ -17,6 +17,7 @@ from streams.cli.common import (
     json_option,
     parse_time,
     settings,
+    shown,
     worker_option,
 )
 from streams.cli.replay import dlq_replay
@@ -90,7 +91,8 @@ def list_(
     for s in page["items"]:
         click.echo(
             f"{s['delivery_id']}  {s['state']:<9} attempts={s['attempts']} "
-            f"status={s['last_http_status']} {s['event_type']} last={fmt_ms(s['last_attempt_at'])}"
+            f"status={shown(s['last_http_status'])} {s['event_type']} "
+            f"last={fmt_ms(s['last_attempt_at'])}"
         )
     click.echo(f"{len(page['items'])} deliveries")
     _next(page)
@@ -141,7 +143,7 @@ def dlq_list(
         event_id = d["delivery"]["event"]["id"] if d.get("delivery") else "-"
         click.echo(
             f"{fmt_ms(d['dead_at'])} {d['reason']:<24} sub={d['subscription_id']} "
-            f"event={event_id} attempts={d['attempts']} status={d['last_status']}"
+            f"event={event_id} attempts={d['attempts']} status={shown(d['last_status'])}"
         )
     click.echo(f"{len(page['items'])} dead letters")
     _next(page)
