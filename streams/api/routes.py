@@ -89,7 +89,7 @@ ROUTES: tuple[Route, ...] = (
                                                           "error", "exhausted", "dead"]},
                     "Only deliveries in this state."), _LIMIT)),
     Route("get", f"{_SUB}/health", v.subscription_health,
-          "Health record (H1) and this worker's breaker state for the endpoint (H7).",
+          "Health record (H1) and the fleet's shared breaker state for the endpoint (H7, H8).",
           s.HEALTH_RECORD, errors=(404,), tag="health"),
     Route("post", f"{_SUB}/reenable", rv.reenable_subscription,
           "Re-enable a suspended subscription behind one signed endpoint.probe; on success "

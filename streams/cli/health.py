@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 
 from streams.cli.common import echo_json, fmt_ms, json_option, settings
+from streams.domain.breaker import origin_of
 from streams.services import health as service
+from streams.services.breakers import breaker_view
 from streams.services.subscriptions import list_subscriptions
 
 
@@ -22,7 +24,11 @@ def health(subscription_id: str | None, tenant_id: str | None, as_json: bool) ->
         if not subs:
             raise click.ClickException(f"subscription {subscription_id} not found")
     records = service.health_records(current)
-    views = [service.record_view(s, records.get(s.id), "see the worker's API") for s in subs]
+    breakers = breaker_view(current)  # the fleet's shared breakers (H8), as workers hold them
+    views = [
+        service.record_view(s, records.get(s.id), breakers.state_of(origin_of(s.url)).value)
+        for s in subs
+    ]
     totals = service.summary(subs, records)
     if as_json:
         echo_json({**totals, "subscriptions": views})
@@ -36,5 +42,6 @@ def health(subscription_id: str | None, tenant_id: str | None, as_json: bool) ->
         click.echo(
             f"{view['subscription_id']}  {view['status']:<9} "
             f"failures={rec['consecutive_failures']} since={fmt_ms(rec['first_failure_at'])} "
-            f"last={rec['last_status']} reason={view['status_reason'] or '-'}"
+            f"last={rec['last_status']} reason={view['status_reason'] or '-'} "
+            f"breaker={view['breaker']}"
         )
