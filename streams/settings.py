@@ -250,7 +250,7 @@ class Settings(BaseSettings):
         1.0, description="How long the ramp holds each rate before doubling it (default 1s)."
     )
     recovery_max_rate: float = Field(
-        1000.0,
+        10000.0,
         gt=0,
         le=1000000,
         description="The ramp ends at this fleet rate (requests per second); past it only the "

@@ -32,7 +32,7 @@ FLOOR_LEVEL = -3
 class RampConfig:
     start_rate: float = 5.0
     step_s: float = 1.0
-    max_rate: float = 1000.0
+    max_rate: float = 10000.0
 
     def __post_init__(self) -> None:
         values = (self.start_rate, self.step_s, self.max_rate)

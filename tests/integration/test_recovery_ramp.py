@@ -45,7 +45,7 @@ pytestmark = pytest.mark.integration
 ADMIN = "op-" + uuid.uuid4().hex
 BACKLOG = 300
 START_RATE = 10.0
-MAX_RATE = 1000.0  # HOOKSTREAM_RECOVERY_MAX_RATE's default
+MAX_RATE = 10000.0  # HOOKSTREAM_RECOVERY_MAX_RATE's default
 BOUND_S = 8.0
 SETTINGS = {
     "retry_schedule": "1s,2s,3s,4s,5s",  # a failed probe is an attempt: room for a few
