@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, Producer, TopicPartition
 
 from streams.adapters import codec
 from streams.adapters.kafka_clients import make_consumer, make_producer, watermarks
@@ -45,7 +45,7 @@ class BreakerLog:
         self._listeners: list[Listener] = [on_apply] if on_apply is not None else []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._producer = make_producer(settings, **{"linger.ms": 1})
+        self._producer: Producer | None = None  # made on the first transition written
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -71,10 +71,13 @@ class BreakerLog:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
-        self._producer.flush(timeout_s)
+        if self._producer is not None:
+            self._producer.flush(timeout_s)
 
     def propose(self, record: BreakerRecord) -> None:
         """Write a transition; it counts once read back as the next version (`FleetView`)."""
+        if self._producer is None:
+            self._producer = make_producer(self._settings, **{"linger.ms": 1})
         try:
             self._producer.produce(self.topic, key=record.origin, value=codec.encode(record))
         except (BufferError, KafkaException) as exc:
