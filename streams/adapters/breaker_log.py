@@ -75,7 +75,7 @@ class BreakerLog:
             self._producer.flush(timeout_s)
 
     def propose(self, record: BreakerRecord) -> None:
-        """Write a transition; it counts once read back as the next version (`FleetView`)."""
+        """Write a transition; it counts once read back and taken (`FleetView.apply`)."""
         if self._producer is None:
             self._producer = make_producer(self._settings, **{"linger.ms": 1})
         try:
@@ -100,10 +100,9 @@ class BreakerLog:
         while not self._stop.is_set():
             try:
                 self._read()
-            except Exception as exc:  # the broker went away: read again from the start
+            except Exception as exc:  # the broker went away: read again from the start; the
+                # view is kept meanwhile (records already held are skipped as not newer)
                 log.warning("breakers topic not followed (%s); starting over", exc)
-                with self._lock:
-                    self.view = FleetView()
                 time.sleep(1.0)
 
     def _read(self) -> None:

@@ -7,9 +7,12 @@ starts reads the topic from the beginning and knows every open origin before it 
 
 **Who may make a transition: compare-and-set on a version, the log decides.** A worker that wants
 a transition writes the next record, numbered ``current.version + 1``. Every reader applies a
-record only if its version is exactly one more than the version it holds (`FleetView.apply`), and
-all readers see one origin's records in the same order (one key, one partition), so when two
-workers race, the first record in the log wins everywhere and the other is ignored everywhere. A
+record only if its version is above the version it holds (`FleetView.apply`), and all readers
+see one origin's records in the same order (one key, one partition), so when two workers race
+for one version, the first record in the log wins everywhere and the other is ignored
+everywhere. (A proposal is always built on an applied record, so a newer version never rests
+on a loser; taking any newer version, not only the next, also bridges records that compaction
+removed.) A
 worker acts on a transition it proposed only once it has read it back as applied: the one
 half-open probe goes to the worker whose claim won, fleet-wide.
 
@@ -201,13 +204,10 @@ class FleetView:
         return self._records.get(origin)
 
     def apply(self, record: BreakerRecord) -> bool:
-        """Take ``record`` if it is the next version of its origin; True when it was taken.
-
-        The first record seen for an origin is taken whatever its version: compaction may have
-        removed those before it.
-        """
+        """Take ``record`` if it is newer than the version held for its origin; True when it
+        was taken. A second record of a version already held lost the race (or is a copy)."""
         current = self._records.get(record.origin)
-        if current is not None and record.version != current.version + 1:
+        if current is not None and record.version <= current.version:
             return False
         self._records[record.origin] = record
         return True
