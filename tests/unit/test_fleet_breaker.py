@@ -21,7 +21,8 @@ from streams.domain.fleet_breaker import (
     trip,
 )
 from streams.domain.ramp import Ramp, RampConfig
-from streams.errors import DecodeError
+from streams.errors import ConfigError, DecodeError
+from streams.settings import load_settings
 
 CLOSED, OPEN, HALF_OPEN = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
 T0 = 1_714_564_800_000
@@ -175,3 +176,25 @@ def test_F4_an_overload_halves_the_ramp_once_per_step_and_shares_add_up() -> Non
     for n in range(10):  # an endpoint that signals overload every step
         assert ramp.halve(T0 + 6 * SEC + n * SEC)
     assert ramp.fleet_rate(T0 + 16 * SEC) == 0.5, "never below an eighth of the start"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"recovery_start_rate": 0}, "HOOKSTREAM_RECOVERY_START_RATE"),
+        ({"recovery_step": "0s"}, "HOOKSTREAM_RECOVERY_STEP"),
+        ({"recovery_probe_bound": "soon"}, "HOOKSTREAM_RECOVERY_PROBE_BOUND"),
+        ({"recovery_start_rate": 50, "recovery_max_rate": 10}, "recovery_max_rate"),
+    ],
+)
+def test_F4_bad_recovery_settings_stop_startup_naming_the_setting(
+    overrides: dict[str, object], named: str
+) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_settings(**overrides)
+
+
+def test_F4_the_recovery_defaults_are_on_and_documented() -> None:
+    settings = load_settings()
+    assert settings.recovery_ramp and settings.recovery_start_rate == 5.0
+    assert (settings.recovery_step, settings.recovery_probe_bound) == (1.0, 60.0)
