@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import re
 import time
 import uuid
@@ -25,17 +26,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from streams.adapters import codec
 from streams.adapters.kafka_clients import partition_of
 from streams.adapters.topic_reader import scan
+from streams.cli.main import cli
 from streams.domain.breaker import BreakerState, origin_of
 from streams.domain.fleet_breaker import BreakerRecord, FleetView
 from streams.domain.models import Attempt, Subscription
 from streams.services.subscriptions import create_subscription
 from streams.settings import Settings
 from tests.integration.health_env import HealthEnv
-from tests.integration.workers import WorkerProcess
+from tests.integration.workers import WorkerProcess, settings_env
 from tests.receivers import Receiver, RecordedRequest, Respond
 
 pytestmark = pytest.mark.integration
@@ -112,6 +115,13 @@ def _gauge_shows_one_open(worker: WorkerProcess) -> bool:
     return states[BreakerState.CLOSED] == 0 and sum(states.values()) == 1
 
 
+def _cli_breakers(settings: Settings) -> set[str]:
+    """The breaker states `hookstream health --json` shows for the subscriptions (S4)."""
+    result = CliRunner().invoke(cli, ["health", "--json"], env=settings_env(settings))
+    assert result.exit_code == 0, result.output
+    return {view["breaker"] for view in json.loads(result.output)["subscriptions"]}
+
+
 def _api_breaker(worker: WorkerProcess, sub: Subscription) -> str:
     reply = worker.get(
         f"/v1/subscriptions/{sub.id}/health", headers={"Authorization": f"Bearer {ADMIN}"}
@@ -180,7 +190,9 @@ def test_h8_three_workers_share_one_breaker_per_origin_across_kill_9_and_recover
         assert trip.state is BreakerState.OPEN and trip.version == 1
         trip_at = trip.changed_at / 1000
 
-        # the breaker view is the fleet's: every worker answers open (or half-open) at once
+        # the breaker view is the fleet's: every worker answers open (or half-open) at once,
+        # and so does the CLI, from the topic
+        assert _cli_breakers(settings) <= {"open", "half_open"}
         for worker in env.workers:
             assert _api_breaker(worker, subs[0]) in ("open", "half_open")
             _wait(
@@ -264,7 +276,8 @@ def test_h8_three_workers_share_one_breaker_per_origin_across_kill_9_and_recover
         assert probes >= 3
         assert len(after_trip) == probes + len(burst), "every other request was a probe"
 
-        # every worker delivers again, and all show the closed breaker
+        # every worker delivers again, and all show the closed breaker, as does the CLI
+        assert _cli_breakers(settings) == {"closed"}
         for worker in env.workers:
             assert _api_breaker(worker, subs[0]) == "closed"
             assert _metric(worker, "hookstream_breakers", state="closed") == 1
