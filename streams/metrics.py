@@ -20,6 +20,7 @@ pre-bound label children in a dict: one dict lookup and one lock-protected add p
 
 from __future__ import annotations
 
+import functools
 import platform
 import re
 from collections.abc import Iterable, Mapping
@@ -113,13 +114,15 @@ SUSPENSIONS = Counter(
 )
 BREAKER_TRANSITIONS = Counter(
     "hookstream_breaker_transitions",
-    "Circuit-breaker transitions (H7), by the state entered.",
+    "Circuit-breaker transitions (H7) this worker made in the fleet's shared breakers, by the "
+    "state entered (the fleet's total is the sum over workers).",
     ["to"],
     registry=REGISTRY,
 )
 BREAKERS = Gauge(
     "hookstream_breakers",
-    "Endpoint circuit breakers this worker holds, by state.",
+    "Endpoint origins by circuit-breaker state, in the fleet's shared view (the breakers "
+    "topic, H8): every worker reports the same numbers; closed counts origins that tripped once.",
     ["state"],
     registry=REGISTRY,
 )
@@ -346,10 +349,20 @@ def record_breaker_transition(to_state: str) -> None:
     BREAKER_TRANSITIONS.labels(_member(to_state, BREAKER_STATES)).inc()
 
 
+_breaker_counts: dict[str, int] = {}
+
+
 def set_breakers(counts: Mapping[str, int]) -> None:
-    """How many breakers this worker holds in each state; states not given are set to 0."""
-    for state in BREAKER_STATES:
-        BREAKERS.labels(state).set(counts.get(state, 0))
+    """How many origins are in each state in the fleet's shared view; others are set to 0.
+
+    One snapshot, replaced at once and read at scrape time, so a scrape during a transition does
+    not see an origin in two states."""
+    global _breaker_counts
+    _breaker_counts = {state: counts.get(state, 0) for state in BREAKER_STATES}
+
+
+def _breakers_in(state: str) -> float:
+    return float(_breaker_counts.get(state, 0))
 
 
 def record_duplicate_suppressed(lane: str) -> None:
@@ -430,6 +443,7 @@ def _initialise() -> None:
         DUPLICATES_SUPPRESSED.labels(lane)
     for state in BREAKER_STATES:
         BREAKER_TRANSITIONS.labels(state)
+        BREAKERS.labels(state).set_function(functools.partial(_breakers_in, state))
     set_breakers({})
     for reason in DEFER_REASONS:
         DEFERRED.labels(reason)

@@ -35,6 +35,8 @@ DURATION_FIELDS: Final = (
     "breaker_window",
     "breaker_cooldown",
     "breaker_max_cooldown",
+    "recovery_step",
+    "recovery_probe_bound",
     "agent_fetch_wait",
     "producer_linger",
     "portal_link_ttl",
@@ -280,6 +282,37 @@ class Settings(BaseSettings):
         600.0, description="Cap of the cooldown, which doubles on each failed probe (10m)."
     )
 
+    # --- Recovery after an outage (F4): shared by the fleet, like the breaker (H8) ------------
+    recovery_ramp: bool = Field(
+        True,
+        description="Slow start: when an origin's breaker closes after an outage, or a "
+        "subscription is re-enabled, the fleet's sending rate to it starts at "
+        "HOOKSTREAM_RECOVERY_START_RATE and doubles every HOOKSTREAM_RECOVERY_STEP while answers "
+        "stay healthy; a 429, 5xx, timeout or slowdown halves it (F4).",
+    )
+    recovery_start_rate: float = Field(
+        5.0,
+        gt=0,
+        le=100000,
+        description="Requests per second the fleet sends a recovered origin at first.",
+    )
+    recovery_step: Annotated[float, NoDecode] = Field(
+        1.0, description="How long the ramp holds each rate before doubling it (default 1s)."
+    )
+    recovery_max_rate: float = Field(
+        10000.0,
+        gt=0,
+        le=1000000,
+        description="The ramp ends at this fleet rate (requests per second); past it only the "
+        "subscription's own limits and the per-origin in-flight cap apply.",
+    )
+    recovery_probe_bound: Annotated[float, NoDecode] = Field(
+        60.0,
+        description="While deliveries wait for an open origin, the cooldown between half-open "
+        "probes stops doubling at this (default 60s); with nothing waiting it grows to "
+        "HOOKSTREAM_BREAKER_MAX_COOLDOWN.",
+    )
+
     @field_validator("destination_allowlist", mode="before")
     @classmethod
     def _split_cidrs(cls, value: Any) -> Any:
@@ -311,6 +344,10 @@ class Settings(BaseSettings):
             raise ValueError("portal_link_ttl must be within [1m, 30d]")
         if self.breaker_max_cooldown < self.breaker_cooldown:
             raise ValueError("breaker_max_cooldown must be at least breaker_cooldown")
+        if self.recovery_max_rate < self.recovery_start_rate:
+            raise ValueError("recovery_max_rate must be at least recovery_start_rate")
+        if self.recovery_step <= 0 or self.recovery_probe_bound <= 0:
+            raise ValueError("recovery_step and recovery_probe_bound must be above zero")
         return self
 
     # --- Derived names ------------------------------------------------------------------------

@@ -32,6 +32,8 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import SchemaParseException, fingerprint, to_parsing_canonical_form
 
 from streams.adapters.avro_hand import attempt_body, delivery_body
+from streams.domain.breaker import BreakerState
+from streams.domain.fleet_breaker import BreakerRecord
 from streams.domain.models import (
     AnalyticsDigest,
     Attempt,
@@ -69,6 +71,7 @@ SCHEMA_FILES: Mapping[type[Any], str] = {
     Notification: "notification.avsc",
     AttemptDigest: "attempt_digest.avsc",
     AnalyticsDigest: "analytics_digest.avsc",
+    BreakerRecord: "breaker_state.avsc",
 }
 
 
@@ -141,6 +144,7 @@ _STATUSES = _enum_table(SubscriptionStatus)
 _LANES = _enum_table(Lane)
 _OUTCOMES = _enum_table(OutcomeClass)
 _STATES = _enum_table(DeliveryState)
+_BREAKER_STATES = _enum_table(BreakerState)
 
 
 def _member(table: dict[str, Any], value: str, field: str) -> Any:
@@ -332,6 +336,15 @@ def _analytics_digest_from(d: AvroDict) -> AnalyticsDigest:
     return AnalyticsDigest(sealed_at=d["sealed_at"], subscription_ids=ids, tallies=tallies)
 
 
+def _breaker_to(b: BreakerRecord) -> AvroDict:
+    return {f: getattr(b, f) for f in BreakerRecord.__slots__} | {"state": b.state.value}
+
+
+def _breaker_from(d: AvroDict) -> BreakerRecord:
+    d["state"] = _member(_BREAKER_STATES, d["state"], "state")
+    return BreakerRecord(**d)
+
+
 _CONVERTERS: Mapping[type[Any], tuple[Callable[[Any], AvroDict], Callable[[AvroDict], Any]]] = {
     Event: (_event_to, _event_from),
     Subscription: (_subscription_to, _subscription_from),
@@ -343,6 +356,7 @@ _CONVERTERS: Mapping[type[Any], tuple[Callable[[Any], AvroDict], Callable[[AvroD
     Notification: (_notification_to, _notification_from),
     AttemptDigest: (_digest_to, _digest_from),
     AnalyticsDigest: (_analytics_digest_to, _analytics_digest_from),
+    BreakerRecord: (_breaker_to, _breaker_from),
 }
 
 

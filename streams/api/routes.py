@@ -90,7 +90,7 @@ ROUTES: tuple[Route, ...] = (
               Query("status", {"type": "string", "enum": list(LISTED_STATES)},
                     "Only deliveries in this state."), _LIMIT, _CURSOR)),
     Route("get", f"{_SUB}/health", v.subscription_health,
-          "Health record (H1) and this worker's breaker state for the endpoint (H7).",
+          "Health record (H1) and the fleet's shared breaker state for the endpoint (H7, H8).",
           s.HEALTH_RECORD, errors=(404,), tag="health"),
     Route("post", f"{_SUB}/reenable", rv.reenable_subscription,
           "Re-enable a suspended subscription behind one signed endpoint.probe; on success "

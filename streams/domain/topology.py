@@ -38,6 +38,7 @@ REQUIRED_TOPICS = (
     "control",
     "notifications",
     "apikeys",
+    "breakers",
 )
 #: The template that expands to one ``retry.<delay>`` topic per retry delay (D6).
 RETRY = "retry"

@@ -29,17 +29,16 @@ intake waits for it instead of paying a Kafka round trip per deferred delivery.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from streams.domain.breaker import origin_of
-from streams.domain.concurrency import AimdLimit
-from streams.domain.fairness import FairOrder
 from streams.domain.models import Delivery, Subscription
 from streams.domain.ratelimit import TokenBucket, deferred_due, queue_cap
+from streams.lanes.gates import FairSlots as FairSlots
+from streams.lanes.gates import OriginGate as OriginGate
 
 TP = tuple[str, int]
 #: A saturated origin whose attempts take this long on average is slow: its full queue is
@@ -64,94 +63,6 @@ class Ended:
 
 
 Attempt = Callable[[Subscription, Delivery], Awaitable[Ended]]
-
-
-class OriginGate:
-    """The attempts one origin may have running: a fixed cap, or an adaptive limit under it."""
-
-    def __init__(self, cap: int, adaptive: bool) -> None:
-        self.cap = cap
-        self.adaptive = AimdLimit(cap) if adaptive else None
-        self.running = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
-
-    @property
-    def limit(self) -> int:
-        return self.adaptive.current if self.adaptive is not None else self.cap
-
-    def locked(self) -> bool:
-        return self.running >= self.limit
-
-    async def acquire(self) -> None:
-        while self._waiters or self.running >= self.limit:
-            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(future)
-            try:
-                await future
-            except asyncio.CancelledError:
-                if future.done() and not future.cancelled():
-                    self._wake()  # woken and cancelled at once: wake the next one instead
-                elif future in self._waiters:  # `_wake` may have dropped it already
-                    self._waiters.remove(future)
-                raise
-            if self.running < self.limit:
-                break
-        self.running += 1
-
-    def release(self) -> None:
-        self.running -= 1
-        self._wake()
-
-    def observe(self, seconds: float, overloaded: bool) -> str | None:
-        """Feed one finished attempt to the adaptive limit; why it went down, if it did."""
-        if self.adaptive is None:
-            return None
-        reason = self.adaptive.observe(seconds, overloaded, time.monotonic())
-        self._wake()  # an increase may admit a waiter
-        return reason
-
-    def _wake(self) -> None:
-        free = self.limit - self.running
-        while free > 0 and self._waiters:
-            future = self._waiters.popleft()
-            if not future.done():
-                future.set_result(None)
-                free -= 1
-
-
-class FairSlots:
-    """``capacity`` dispatch slots, handed to waiting tenants in `FairOrder`."""
-
-    def __init__(self, capacity: int, weights: dict[str, float] | None = None) -> None:
-        self._free = capacity
-        self._order = FairOrder(weights)
-        self._waiters: dict[int, asyncio.Future[None]] = {}
-        self._ids = itertools.count()
-
-    async def acquire(self, tenant: str) -> None:
-        if self._free > 0 and not self._waiters:
-            self._free -= 1
-            return
-        waiter = next(self._ids)
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters[waiter] = future
-        self._order.push(tenant, waiter)
-        try:
-            await future
-        except asyncio.CancelledError:
-            self._waiters.pop(waiter, None)
-            self._order.discard(tenant, waiter)
-            if future.done() and not future.cancelled():
-                self.release()  # granted and cancelled at once: hand the slot on
-            raise
-
-    def release(self) -> None:
-        while (turn := self._order.pop()) is not None:
-            future = self._waiters.pop(turn[1], None)
-            if future is not None and not future.done():
-                future.set_result(None)
-                return
-        self._free += 1
 
 
 @dataclass
@@ -184,11 +95,13 @@ class FlowControl:
         tenant_weights: dict[str, float] | None = None,
         adaptive: bool = False,
         on_decrease: Callable[[str], None] | None = None,
+        ramp: Callable[[str, float], float | None] | None = None,
     ) -> None:
         self._slots = FairSlots(slots, tenant_weights)
         self._origin_cap = origin_max_in_flight
         self._adaptive = adaptive
         self._on_decrease = on_decrease
+        self._ramp = ramp  # (origin, now) -> the recovery ramp's rate here (F4), or None
         self._origins: dict[str, OriginGate] = {}
         self._origin_latency: dict[str, float] = {}  # moving average of attempt seconds
         self._origin_done: dict[str, float] = {}  # when an attempt last ended (monotonic)
@@ -346,6 +259,8 @@ class FlowControl:
             # checked after the slots: an attempt that just ended may have paused the flow
             now = self._clock()
             wait = max(flow.paused_until - now, flow.bucket.wait(now) if flow.bucket else 0.0)
+            if self._ramp is not None:
+                wait = max(wait, origin.ramp_wait(self._ramp(flow.origin, now), now))
             if wait > 0:
                 origin.release()
                 in_flight.release()
@@ -354,6 +269,7 @@ class FlowControl:
                 continue
             if flow.bucket is not None:
                 flow.bucket.take(self._clock())
+            origin.ramp_take(now)
             tp, offset, delivery = flow.queue.popleft()
             self.queued -= 1
             self.running[tp] += 1

@@ -15,6 +15,7 @@ from typing import Any
 
 from mode import Service
 
+from streams.adapters.breaker_log import BreakerLog
 from streams.adapters.http import Transport
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import make_producer
@@ -44,11 +45,13 @@ class Pipeline:
         self.transport: Transport | None = None
         self.router: Router | None = None
         self.dispatcher: Dispatcher | None = None
+        self.breakers: BreakerLog | None = None
 
     async def start(self) -> None:
         self.transport = self._transport_factory(self.settings)
         self.router = Router(self.settings, self.registry, self.producer)
         topology = load_topology(self.settings)
+        self.breakers = BreakerLog(self.settings).start()
         self.dispatcher = Dispatcher(
             self.settings,
             self.registry,
@@ -56,6 +59,7 @@ class Pipeline:
             self.transport,
             list(topology.retry_tiers),
             topology.lane_partitions,
+            self.breakers,
         )
         for name, coro in (
             ("registry", self.registry.run(self._stop)),
@@ -94,6 +98,8 @@ class Pipeline:
                     await task
         if self.transport is not None:
             await self.transport.aclose()
+        if self.breakers is not None:
+            await asyncio.to_thread(self.breakers.stop)
         await asyncio.get_running_loop().run_in_executor(None, self.producer.flush, 10)
 
 

@@ -141,7 +141,9 @@ async def test_d1_no_loss_with_flapping_endpoints(
         "gone": receiver.route("/gone", Respond(410)),
     }
     n_events = 60
-    async with PipelineHarness(make_settings(**SHORT)) as h:
+    # F4's slow start begins again at each close of the breaker, which this flapping origin
+    # trips over and over (half its first attempts fail): this test is about loss, not pace
+    async with PipelineHarness(make_settings(**SHORT, recovery_ramp=False)) as h:
         subs = {name: await h.subscribe(url, ["*"]) for name, url in urls.items()}
         events = [make_event("acme", "order.created", n) for n in range(n_events)]
         await h.publish(events)

@@ -248,7 +248,7 @@ async def test_d1_a_paused_partition_is_read_again_after_a_rebalance_gives_it_ba
         assert dispatcher is not None
         await h.subscribe(url, ["*"])
         await h.publish([make_event("acme", "order.created", n) for n in range(events)])
-        await h.wait_for(lambda: bool(dispatcher._intake_paused), timeout_s=30)
+        await h.wait_for(lambda: bool(dispatcher._intake.paused), timeout_s=30)
         await asyncio.to_thread(_join_and_leave, settings)
         await h.wait_for(lambda: len(receiver.requests_to("/slow")) >= events, timeout_s=120)
 
