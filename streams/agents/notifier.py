@@ -25,7 +25,8 @@ from streams.adapters.smtp import NotifyError, SmtpSender, parse_smtp_url, send_
 from streams.adapters.ssrf import guarded_transport
 from streams.agents.health import RAW, consume_each, pipeline_of
 from streams.domain.models import Notification, Subscription
-from streams.domain.notices import Notice, notice_from_notification, render_email
+from streams.domain.notice_email import render_email
+from streams.domain.notices import Notice, notice_from_notification
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)

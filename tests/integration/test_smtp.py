@@ -19,7 +19,8 @@ from standardwebhooks.webhooks import Webhook
 from streams.adapters.http import AiohttpTransport
 from streams.adapters.smtp import NotifyError, SmtpSender, parse_smtp_url, send_notification_webhook
 from streams.domain.models import Secret
-from streams.domain.notices import notice_id, render_email
+from streams.domain.notice_email import render_email
+from streams.domain.notices import notice_id
 from tests.receivers import Receiver, Respond, closed_port
 from tests.smtp_server import SmtpServer
 from tests.unit.test_notices import ERROR, SECRET, SUB, SUSPENDED, suspension, warning

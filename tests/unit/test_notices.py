@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from streams.adapters.smtp import SmtpConfig, parse_smtp_url
 from streams.domain.models import OutcomeClass, Secret, Subscription
+from streams.domain.notice_email import render_email
 from streams.domain.notices import (
     ERROR_EXCERPT_CHARS,
     EarlyWarningNotice,
@@ -32,7 +33,6 @@ from streams.domain.notices import (
     notice_from_payload,
     notice_id,
     notification_id,
-    render_email,
     render_webhook,
     to_notification,
     to_payload,

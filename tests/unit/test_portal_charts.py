@@ -5,11 +5,11 @@ from __future__ import annotations
 import orjson
 
 from streams.domain.models import OutcomeClass
+from streams.domain.notice_email import render_email
 from streams.domain.notices import (
     EarlyWarningNotice,
     SuspensionNotice,
     notice_from_payload,
-    render_email,
     render_webhook,
     to_payload,
 )
