@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -73,3 +74,18 @@ def record_summary(report: dict[str, Any], report_path: Path) -> dict[str, Any]:
     SUMMARY.parent.mkdir(parents=True, exist_ok=True)
     SUMMARY.write_text(json.dumps(sorted(entries, key=lambda e: e["id"]), indent=2) + "\n")
     return entry
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m chaos.cluster_summary REPORT.json``: record an existing report again."""
+    args = argv if argv is not None else sys.argv[1:]
+    if len(args) != 1:
+        print("usage: python -m chaos.cluster_summary chaos/results/<report>.json", file=sys.stderr)
+        return 2
+    path = Path(args[0])
+    print(json.dumps(record_summary(json.loads(path.read_text()), path), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

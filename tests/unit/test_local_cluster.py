@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from chaos.audit import Recorded, audit, expected_pairs
 from chaos.cluster_run import verdict
@@ -24,6 +25,7 @@ from streams.adapters.local_cluster import (
 )
 from streams.adapters.local_kafka import Endpoint
 from streams.app import changelog_replication
+from streams.cli.main import cli
 from streams.domain.models import Event, Subscription
 from streams.errors import ConfigError
 from streams.settings import load_settings
@@ -164,3 +166,17 @@ def test_Q1_the_summary_entry_has_the_documented_shape() -> None:
     }  # fmt: skip
     assert entry["id"] == ENTRY_ID and entry["met"] is True and entry["value"] == 0.0
     assert entry["extra"]["lost"] == 0 and entry["extra"]["failover_s"] == [8.8]
+
+
+def test_X2_kafka_status_with_brokers_lists_every_node_and_exits_3_when_none_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOOKSTREAM_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("HOOKSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:39150")
+
+    result = CliRunner().invoke(cli, ["kafka", "status", "--brokers", "3"])
+
+    assert result.exit_code == 3, result.output
+    assert "node 1: not running, 127.0.0.1:39150" in result.output
+    assert "node 3: not running, 127.0.0.1:39154" in result.output
+    assert "bootstrap: 127.0.0.1:39150,127.0.0.1:39152,127.0.0.1:39154" in result.output
