@@ -168,6 +168,7 @@ def run_cluster_chaos(config: ClusterChaosConfig) -> dict[str, Any]:
             "faults": faults.records,
             "fault_error": faults.error,
             "unexpected_worker_exits": cluster.unexpected_exits,
+            "crash_logs": cluster.crash_logs,
             "publish": {
                 "events": len(publisher.acked),
                 "deliveries": publisher.deliveries,

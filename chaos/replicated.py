@@ -55,6 +55,7 @@ class ReplicatedCluster(Cluster):
         )
         self.kafka = self.brokers  # type: ignore[assignment]  # start/stop are what Cluster uses
         self.workers_lock = threading.Lock()
+        self.crash_logs: list[str] = []
 
     def __enter__(self) -> ReplicatedCluster:
         super().__enter__()
@@ -63,6 +64,10 @@ class ReplicatedCluster(Cluster):
     def supervise(self, elapsed_s: float) -> None:
         if self.workers_lock.acquire(blocking=False):  # not while a fault restarts a worker
             try:
+                for index, worker in enumerate(self.workers):
+                    if worker.proc is not None and worker.proc.poll() is not None:
+                        # the end of its log (with PYTHONFAULTHANDLER, every thread's stack)
+                        self.crash_logs.append(f"worker{index}:\n{worker.tail(120)}")
                 super().supervise(elapsed_s)
             finally:
                 self.workers_lock.release()
