@@ -73,7 +73,6 @@ class ReplicatedCluster(Cluster):
                 self.workers_lock.release()
 
 
-
 def busiest_partition(consumer: Consumer, topic: str) -> int:
     """The partition of ``topic`` holding the most records."""
     marks = watermarks(consumer, topic)
