@@ -70,10 +70,13 @@ bench-smoke: install kafka ## A short run of the benchmark harness (sane figures
 chaos: install kafka ## Q1 chaos run: 100k deliveries, kill -9 a worker every 10-30 s, one broker restart
 	$(BIN)/python -m chaos.run --deliveries 100000 --kills 12 --broker-restart --seed 7 --rate 400 --report chaos-report.json
 
+chaos-cluster: install ## Q1 on three brokers: 50k+ deliveries, 3 leader kill -9s, controller restart, rolling restarts
+	$(BIN)/python -m chaos.cluster_run --deliveries 50000 --leader-kills 3 --seed 7 --rate 150 --gap 15 --summary $(CHAOS_CLUSTER_ARGS)
+
 soak: install kafka ## 30-minute soak: worker RSS, open fds and RocksDB size every 10 s
 	$(BIN)/python -m chaos.soak --minutes 30 --rate 200 --report soak-report.json
 
 deploy-check: install ## Validate the Dockerfile, docker-compose.yml and the Helm chart
 	HOOKSTREAM_PYTHON=$(BIN)/python bash deploy/validate.sh
 
-.PHONY: help install kafka kafka-stop topics demo worker check test test-unit bench bench-smoke chaos soak deploy-check
+.PHONY: help install kafka kafka-stop topics demo worker check test test-unit bench bench-smoke chaos chaos-cluster soak deploy-check

@@ -36,7 +36,7 @@ from mode import Service
 from streams.adapters import agent_fetch
 from streams.adapters.broker_watch import BrokerWatch
 from streams.adapters.gc_pauses import watch_gc_pauses
-from streams.adapters.kafka_admin import TopicAdmin
+from streams.adapters.kafka_admin import TopicAdmin, load_topology
 from streams.adapters.lag import lag_component
 from streams.adapters.readiness import readiness
 from streams.agents.analytics import analytics_component
@@ -79,9 +79,18 @@ MIB: Final = 1024 * 1024
 #: 11.1, same CPU and RSS (docs/benchmarks.md, "GC thresholds").
 GC_THRESHOLDS: Final = (50_000, 20, 100)
 
-#: Table changelogs are faust's own topics, so faust declares them with this replication factor.
-#: 1 fits the single-node development broker (where anything higher cannot be created).
-CHANGELOG_REPLICATION_FACTOR: Final = 1
+#: Table changelogs are faust's own topics; they are replicated as topics.yaml replicates this
+#: topic (compacted state too): 1 on the development broker, 3 with min.insync.replicas 2 on a
+#: cluster, so that losing one broker never takes a table's changelog offline.
+CHANGELOG_REPLICATION_LIKE: Final = "subscriptions"
+
+
+def changelog_replication(settings: Settings) -> tuple[int, dict[str, str]]:
+    """(replication factor, min.insync.replicas config) of the tables' changelog topics."""
+    spec = load_topology(settings).get(CHANGELOG_REPLICATION_LIKE)
+    min_isr = spec.config.get("min.insync.replicas")
+    return spec.replication_factor, {"min.insync.replicas": min_isr} if min_isr else {}
+
 
 #: Write buffers per table partition: one filling while one flushes.
 ROCKSDB_WRITE_BUFFERS: Final = 2
@@ -171,7 +180,7 @@ def create_app(settings: Settings, components: Iterable[Component] = ()) -> faus
         datadir=tables_dir,
         tabledir=tables_dir,
         table_standby_replicas=settings.table_standby_replicas,
-        topic_replication_factor=CHANGELOG_REPLICATION_FACTOR,
+        topic_replication_factor=changelog_replication(settings)[0],
         topic_allow_declare=True,  # only internal topics (changelogs) are ever declared
         topic_disable_leader=True,
         consumer_auto_offset_reset="earliest",
@@ -211,13 +220,14 @@ def declare_changelogs(app: faust.App, settings: Settings) -> None:
     be seen by Faust with 0 partitions, and every table write then fails. Creating them first
     (compacted, as Faust would) avoids that; existing ones are left alone.
     """
+    replication, min_isr = changelog_replication(settings)
     specs = [
         TopicSpec(
             name=table.changelog_topic.get_topic_name(),
             full_name=table.changelog_topic.get_topic_name(),
             partitions=table.partitions or app.conf.topic_partitions,
-            replication_factor=CHANGELOG_REPLICATION_FACTOR,
-            config={"cleanup.policy": "compact"},
+            replication_factor=replication,
+            config={"cleanup.policy": "compact", **min_isr},
             description=f"changelog of table {table.name}",
         )
         for table in app.tables.values()

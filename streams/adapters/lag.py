@@ -151,9 +151,19 @@ class LagReader:
         self._settings = settings
         self._max_age_probes = max_age_probes
         self._age_timeout_s = age_timeout_s
-        self._admin = AdminClient(
-            {"bootstrap.servers": settings.kafka_bootstrap, "socket.timeout.ms": 10000}
+        self._admin = self._new_admin()
+
+    def _new_admin(self) -> AdminClient:
+        return AdminClient(
+            {"bootstrap.servers": self._settings.kafka_bootstrap, "socket.timeout.ms": 10000}
         )
+
+    def renew(self) -> None:
+        """Replace the AdminClient after a failed measurement. librdkafka 2.x can abort the
+        process (``rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0'``,
+        confluentinc/librdkafka#4605) when an admin client whose group-coordinator requests
+        timed out meets the next broker disconnect; a fresh client carries no such requests."""
+        self._admin = self._new_admin()
 
     def groups(self) -> list[str]:
         """Every consumer group of this pipeline that exists on the broker."""
@@ -329,6 +339,7 @@ class LagExporter:
             except Exception as exc:  # the worker must keep delivering without lag metrics
                 lag_metrics.record_lag_error()
                 log.warning("consumer lag measurement failed: %s", exc)
+                self._reader.renew()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.interval_s)
 

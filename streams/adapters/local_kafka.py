@@ -281,9 +281,7 @@ class LocalKafka:
             if pid is None:
                 self._check_ports()
                 self.resolve_jars()
-                self.properties_path.write_text(
-                    render_server_properties(self.endpoint, self.log_dirs)
-                )
+                self.properties_path.write_text(self.render_properties())
                 self._format_storage(java)
                 pid = self._launch(java)
                 launched = time.monotonic()  # the wait for an answer starts with the JVM
@@ -344,6 +342,10 @@ class LocalKafka:
         shutil.rmtree(self.jars_dir, ignore_errors=True)
         partial.rename(self.jars_dir)
         return True
+
+    def render_properties(self) -> str:
+        """This node's server.properties (a node of `LocalCluster` renders its own)."""
+        return render_server_properties(self.endpoint, self.log_dirs)
 
     # --- steps of start/stop -------------------------------------------------------------------
     @contextlib.contextmanager
