@@ -268,7 +268,8 @@ async def health_summary(ctx: ApiContext, req: ApiRequest) -> Reply:
 
 
 def _breaker_state(ctx: ApiContext, sub: Subscription) -> str:
-    """This worker's breaker for the subscription's origin (closed when it has none)."""
+    """The breaker of the subscription's origin in the fleet's shared view (H8): the same on every
+    worker, read from the breakers topic every worker follows (closed when it never tripped)."""
     pipeline = getattr(ctx.app, "hookstream_pipeline", None)
     dispatcher = getattr(pipeline, "dispatcher", None)
     if dispatcher is None:

@@ -2,7 +2,7 @@
 
 The records are the health agent's own (``streams.agents.health``): the table that drives
 suspension (H1), read from whichever worker holds each subscription (S6), never recomputed from
-the topics. Breaker states are those of the worker that answers (each worker keeps its own, H8).
+the topics. Breaker states are the fleet's shared view (H8), the same on every worker.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def summary(subs: list[Subscription], records: dict[str, HealthRecord]) -> dict[
 
 
 def record_view(sub: Subscription, record: HealthRecord | None, breaker: str) -> dict[str, Any]:
-    """One subscription's health (H1) and its endpoint's breaker state here (H7)."""
+    """One subscription's health (H1) and its endpoint origin's breaker state, the fleet's (H8)."""
     data = (record or HealthRecord(sub.id)).to_dict()
     data.pop("recent", None)  # de-duplication keys: internal
     return {
