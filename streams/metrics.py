@@ -21,10 +21,8 @@ pre-bound label children in a dict: one dict lookup and one lock-protected add p
 from __future__ import annotations
 
 import functools
-import platform
 import re
 from collections.abc import Iterable, Mapping
-from importlib import metadata
 from typing import Any, Final
 
 from prometheus_client import (
@@ -32,7 +30,6 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
-    Info,
     disable_created_metrics,
     generate_latest,
 )
@@ -56,7 +53,7 @@ DEFER_REASONS: Final = frozenset({"breaker_open", "rate_limited", "max_in_flight
 CHANNELS: Final = frozenset({"email", "webhook"})
 DECREASE_REASONS: Final = frozenset({"overload", "latency"})
 SENT_OUTCOMES: Final = frozenset({"sent", "failed"})
-READINESS_CHECKS: Final = ("joined", "assigned", "rebalancing", "recovering", "broker", "ready")
+
 UNKNOWN: Final = "unknown"
 OTHER: Final = "other"
 #: Distinct free-form reasons kept per metric before new ones are counted as ``other``.
@@ -192,31 +189,6 @@ NOTIFICATIONS = Counter(
     ["channel", "outcome"],
     registry=REGISTRY,
 )
-WORKER_READINESS = Gauge(
-    "hookstream_worker_readiness",
-    "The worker's readiness checks (1 true, 0 false); recovering=1 while tables recover.",
-    ["check"],
-    registry=REGISTRY,
-)
-BUILD = Info("hookstream_build", "The running hookstream build.", registry=REGISTRY)
-
-
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return UNKNOWN
-
-
-BUILD.info(
-    {
-        "version": _version("hookstream"),
-        "python": platform.python_version(),
-        "faust": _version("faust-streaming"),
-        "confluent_kafka": _version("confluent-kafka"),
-    }
-)
-
 # --- label guards -----------------------------------------------------------------------------
 
 
@@ -423,12 +395,6 @@ def _publish_backfills() -> None:
 
 
 _backfill_labels: set[str] = set()
-
-
-def set_readiness(state: Mapping[str, bool]) -> None:
-    """The worker's readiness checks, as `streams.app.readiness` reports them."""
-    for check in READINESS_CHECKS:
-        WORKER_READINESS.labels(check).set(1 if state.get(check) else 0)
 
 
 def _initialise() -> None:

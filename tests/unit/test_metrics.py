@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from streams import metrics
 from streams.adapters import gc_pauses, lag_metrics
 from streams.adapters.lag import LagReport, PartitionLag, hookstream_groups
+from streams.api import metrics_page
 from streams.metrics import REGISTRY
 
 
@@ -118,7 +119,6 @@ def test_o1_exposition_parses_and_every_name_is_prefixed() -> None:
     families = list(text_string_to_metric_families(metrics.render().decode()))
     ours = [f.name for f in families if f.name.startswith("hookstream_")]
     assert "hookstream_deliveries" in ours  # the parser strips the counter's _total
-    assert "hookstream_build_info" in ours
     allowed_foreign = ("process_", "python_")
     assert all(f.name.startswith(("hookstream_", *allowed_foreign)) for f in families)
     assert not any(s.name.endswith("_created") for f in families for s in f.samples)
@@ -175,3 +175,12 @@ def test_o1_every_collector_pass_is_timed_by_generation_once() -> None:
         assert value("hookstream_gc_pause_seconds_count", generation="0") == young + 1
     finally:
         gc.callbacks[:] = before
+
+
+def test_o1_the_metrics_page_adds_the_build_and_the_readiness_checks() -> None:
+    """The worker's /metrics page exports its build and every readiness check, 1 or 0."""
+    metrics_page.set_readiness({"joined": True, "ledger": False, "ready": False})
+    ours = [f.name for f in text_string_to_metric_families(metrics.render().decode())]
+    assert "hookstream_build_info" in ours
+    assert value("hookstream_worker_readiness", check="joined") == 1
+    assert value("hookstream_worker_readiness", check="ledger") == 0
