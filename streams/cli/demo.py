@@ -23,8 +23,9 @@ from streams.demo.run import Summary, run_demo
 @click.option(
     "--keep-worker",
     is_flag=True,
-    help="Leave the demo's worker (and Kafka) running afterwards, to open the suspended "
-    "endpoint in the owner's portal at http://127.0.0.1:6067/portal.",
+    help="After the summary, fix the gone endpoint and keep the worker and receivers up until "
+    "Ctrl-C (Kafka keeps running), to re-enable it from the owner's portal at "
+    "http://127.0.0.1:6067/portal.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option(
@@ -40,11 +41,13 @@ def demo(per_type: int, keep_kafka: bool, keep_worker: bool, as_json: bool, scen
     if scenario == "recovery":
         run_recovery(click.echo)
         return
-    summary = asyncio.run(run_demo(per_type, click.echo, keep_kafka, keep_worker=keep_worker))
-    if as_json:
-        echo_json(summary)
-    else:
-        _print_summary(summary)
+    show = echo_json if as_json else _print_summary
+    summary = asyncio.run(
+        run_demo(per_type, click.echo, keep_kafka, keep_worker=keep_worker, show=show)
+    )
+    if keep_worker and not summary.shortfalls():
+        return  # shown before the demo held its worker for the portal, until Ctrl-C
+    show(summary)
     shortfalls = summary.shortfalls()
     if shortfalls:
         # a demo that did not do what it shows must not look like one that did

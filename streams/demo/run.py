@@ -297,8 +297,17 @@ def _notice_line(body: bytes) -> str:
 
 
 async def run_demo(
-    per_type: int, say: Callable[[str], None], keep_running: bool, *, keep_worker: bool = False
+    per_type: int,
+    say: Callable[[str], None],
+    keep_running: bool,
+    *,
+    keep_worker: bool = False,
+    show: Callable[[Summary], None] | None = None,
 ) -> Summary:
+    """The demo. With ``keep_worker``, when the demo did all it shows, ``show`` prints the
+    summary, then the gone endpoint is fixed and the worker and receivers stay up until Ctrl-C,
+    so that the suspended subscription can be re-enabled from the portal link, behind its probe,
+    with its backfill."""
     configured = load_settings(**DEMO_OVERRIDES).secret_key is not None
     settings = demo_settings()
     began = time.monotonic()
@@ -353,7 +362,7 @@ async def run_demo(
         dead, settled = await _wait_settled(settings, receivers, per_type, since_ms, 180, say)
         suspended = await _wait_suspension(settings, notices, say)
         eps = receivers.endpoints
-        return Summary(
+        summary = Summary(
             published=len(events),
             expected_deliveries=len(events) + per_type * 3,
             delivered=sum(len(e.delivered) for n, e in eps.items() if n != "notices"),
@@ -368,17 +377,35 @@ async def run_demo(
             settled=settled,
             portal_link=_portal_link(notices.bodies),
         )
+        if keep_worker and not summary.shortfalls():
+            if show is not None:
+                show(summary)
+            await _hold_fixed(receivers, settings, say)
+        return summary
     finally:
-        if keep_worker:
-            say(f"worker left running (pid {worker.pid}): {settings.portal_url}, operator key "
-                f"{DEMO_OVERRIDES['admin_token']}; stop it with: kill {worker.pid}")  # fmt: skip
-        else:
-            worker.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                worker.wait(30)
-            if worker.poll() is None:
-                worker.kill()
+        worker.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            worker.wait(30)
+        if worker.poll() is None:
+            worker.kill()
         await receivers.stop()
         if not keep_running and not keep_worker and not started.already_running:
             kafka.stop()
             say("kafka stopped (pass --keep-kafka to leave it running)")
+
+
+async def _hold_fixed(
+    receivers: DemoReceivers, settings: Settings, say: Callable[[str], None]
+) -> None:
+    """The gone endpoint's owner fixes it (it answers 200 from now on); keep the worker and
+    the receivers up until Ctrl-C, so that a re-enable from the portal passes its probe."""
+    receivers.endpoints["gone"].behaviour = "ok"
+    say(
+        f"the gone endpoint answers 200 again (its owner fixed it). Open the portal link above "
+        f"(or {settings.portal_url}, operator key {DEMO_OVERRIDES['admin_token']}) and press "
+        "Re-enable: the probe passes and the backfill sends what it missed. Ctrl-C stops the "
+        "worker and the receivers; Kafka keeps running (hookstream kafka stop)."
+    )
+    # Ctrl-C cancels this task: the end the user asked for, so the demo returns normally
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.Event().wait()

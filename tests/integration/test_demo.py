@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 
+import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -94,3 +97,45 @@ def test_demo_reset_deletes_groups_that_hold_offsets(
     delete_demo_groups(settings, timeout_s=60)
     assert ours() == set()
     delete_demo_groups(settings, timeout_s=5)  # nothing left to delete is not an error
+
+
+def test_u1_r1_the_demo_holds_its_worker_so_the_gone_endpoint_is_reenabled_from_the_portal(
+    kafka_bootstrap: str,
+) -> None:
+    """U1, R1: with --keep-worker the demo, after its summary, fixes the gone endpoint and keeps
+    the worker up; a re-enable (the portal's button calls this same view) passes its probe and
+    starts the backfill; Ctrl-C then ends the demo cleanly."""
+    env = {**os.environ, "HOOKSTREAM_KAFKA_BOOTSTRAP": kafka_bootstrap}
+    command = [sys.executable, "-m", "streams.cli", "demo", "--events", "5"]
+    demo = subprocess.Popen(
+        [*command, "--keep-kafka", "--keep-worker"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    seen: list[str] = []
+    try:
+        assert demo.stdout is not None
+        deadline = time.monotonic() + 300
+        for line in demo.stdout:
+            seen.append(line)
+            if "answers 200 again" in line or time.monotonic() > deadline:
+                break
+        assert any("answers 200 again" in line for line in seen), "".join(seen[-40:])
+        assert any("suspended" in line and "sub_demo_gone" in line for line in seen)
+        answer = httpx.post(
+            "http://127.0.0.1:6067/v1/subscriptions/sub_demo_gone/reenable",
+            headers={"Authorization": "Bearer demo-operator-key"},
+            timeout=60,
+        )
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["reenabled"] is True and body["probe"]["status"] == 200, body
+        assert body["subscription"]["status"] == "active"
+        assert body["backfill"] is not None
+    finally:
+        demo.send_signal(signal.SIGINT)
+        try:
+            code = demo.wait(60)
+        except subprocess.TimeoutExpired:
+            demo.kill()
+            code = demo.wait(10)
+    assert code == 0, "".join(seen[-40:])
