@@ -138,4 +138,7 @@ def test_u1_r1_the_demo_holds_its_worker_so_the_gone_endpoint_is_reenabled_from_
         except subprocess.TimeoutExpired:
             demo.kill()
             code = demo.wait(10)
+        if demo.stdout is not None:
+            seen.extend(demo.stdout.read().splitlines(keepends=True))
+            demo.stdout.close()
     assert code == 0, "".join(seen[-40:])
