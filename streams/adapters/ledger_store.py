@@ -78,16 +78,6 @@ class LedgerStore(Sweeps):
     def disk_bytes(self) -> int:
         return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
 
-    def _range(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
-        it = self.db.iter()
-        it.seek(start)
-        while it.valid():
-            key = it.key()
-            if key >= end:
-                return
-            yield key, it.value()
-            it.next()
-
     # --- positions ----------------------------------------------------------------------------
 
     def next_offset(self, partition: int, topic: bytes) -> int | None:

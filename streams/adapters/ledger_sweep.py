@@ -20,7 +20,15 @@ class Sweeps:
     db: Rdict
 
     def _range(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
-        raise NotImplementedError
+        """The entries with keys in ``[start, end)``, in key order."""
+        it = self.db.iter()
+        it.seek(start)
+        while it.valid():
+            key = it.key()
+            if key >= end:
+                return
+            yield key, it.value()
+            it.next()
 
     def expire(self, partition: int, attempts_before: int, letters_before: int, budget: int) -> int:
         """Delete deliveries whose latest attempt and dead letters whose time are before the
