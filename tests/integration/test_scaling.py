@@ -160,6 +160,20 @@ def _ready_state(worker: WorkerProcess) -> dict[str, Any]:
     return state
 
 
+def _wait_ready(worker: WorkerProcess, timeout_s: float = 60) -> dict[str, Any]:
+    """Wait until `worker` says ready (X4). Readiness may lag a rebalance by the time the worker
+    takes to read up the ledger partitions it gained (S6); a failure shows the last /readyz."""
+    deadline = time.monotonic() + timeout_s
+    state = _ready_state(worker)
+    while state.get("ready") is not True:
+        assert time.monotonic() < deadline, (
+            f"not ready within {timeout_s}s: {state}\n{worker.tail(30)}"
+        )
+        time.sleep(0.3)
+        state = _ready_state(worker)
+    return state
+
+
 def _failures(env: HealthEnv, changelog: HealthChangelog, sub: Subscription, count: int) -> None:
     """Wait until the changelog says `count` consecutive failures for `sub`."""
 
@@ -260,7 +274,7 @@ def test_x4_two_workers_split_partitions_and_health_survives_kill_9(
         assert record["suspended_episode"] == before["episode"]
         assert _received(receiver, "/gone") == _expected(published, gone), "6 failures, no more"
         publish_and_deliver(0, healthy, 60)  # nothing lost on the healthy endpoints (D1)
-        assert _ready_state(survivor)["ready"] is True
+        _wait_ready(survivor)
 
         # --- a third worker joins; the group rebalances and deliveries continue ------------
         third = WorkerProcess(settings, "worker2", tmp_path)
@@ -271,8 +285,8 @@ def test_x4_two_workers_split_partitions_and_health_survives_kill_9(
         assert health_of[1 - victim] in health_three, "the survivor keeps a share"
         publish_and_deliver(3, healthy, 90)
         for worker in (survivor, third):
-            state = _ready_state(worker)
-            assert state["ready"] is True and state["assigned"] is True, state
+            state = _wait_ready(worker)
+            assert state["assigned"] is True, state
         assert _received(receiver, "/gone") == _expected(published[:SUSPEND_AT], gone), (
             "a suspended subscription gets no new deliveries (H4)"
         )
