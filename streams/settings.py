@@ -287,8 +287,9 @@ class Settings(BaseSettings):
         True,
         description="Slow start: when an origin's breaker closes after an outage, or a "
         "subscription is re-enabled, the fleet's sending rate to it starts at "
-        "HOOKSTREAM_RECOVERY_START_RATE and doubles every HOOKSTREAM_RECOVERY_STEP while answers "
-        "stay healthy; a 429, 5xx, timeout or slowdown halves it (F4).",
+        "HOOKSTREAM_RECOVERY_START_RATE and grows HOOKSTREAM_RECOVERY_GROWTH-fold every "
+        "HOOKSTREAM_RECOVERY_STEP while answers stay healthy; a 429, 5xx, timeout or slowdown "
+        "halves it (F4).",
     )
     recovery_start_rate: float = Field(
         5.0,
@@ -297,7 +298,14 @@ class Settings(BaseSettings):
         description="Requests per second the fleet sends a recovered origin at first.",
     )
     recovery_step: Annotated[float, NoDecode] = Field(
-        1.0, description="How long the ramp holds each rate before doubling it (default 1s)."
+        1.0, description="How long the ramp holds each rate before growing it (default 1s)."
+    )
+    recovery_growth: float = Field(
+        3.0,
+        gt=1,
+        le=16,
+        description="The ramp's rate is multiplied by this each step: 3 takes 5/s to 1,215/s "
+        "in 5 steps, 2 (TCP's doubling) in 8.",
     )
     recovery_max_rate: float = Field(
         10000.0,

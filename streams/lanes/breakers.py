@@ -89,6 +89,7 @@ class FleetBreakers:
                 start_rate=settings.recovery_start_rate,
                 step_s=settings.recovery_step,
                 max_rate=settings.recovery_max_rate,
+                growth=settings.recovery_growth,
             )
             if settings.recovery_ramp
             else None

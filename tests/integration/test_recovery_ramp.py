@@ -45,6 +45,7 @@ pytestmark = pytest.mark.integration
 ADMIN = "op-" + uuid.uuid4().hex
 BACKLOG = 300
 START_RATE = 10.0
+GROWTH = 3.0  # HOOKSTREAM_RECOVERY_GROWTH's default
 MAX_RATE = 10000.0  # HOOKSTREAM_RECOVERY_MAX_RATE's default
 BOUND_S = 8.0
 SETTINGS = {
@@ -174,9 +175,9 @@ def test_f4_h7_a_backlog_after_an_outage_ramps_up_from_the_start_rate_and_waits_
         if at < ramped.closed_at:
             continue  # the probe
         steps = math.floor(at + 0.1 - ramped.closed_at)  # the rate at the window's end
-        if START_RATE * 2**steps >= MAX_RATE:
+        if START_RATE * GROWTH**steps >= MAX_RATE:
             break  # the ramp is over: only the per-origin in-flight cap applies
-        allowed = math.ceil(START_RATE * 2**steps * 0.1) + 1
+        allowed = math.ceil(START_RATE * GROWTH**steps * 0.1) + 1
         window = [t for t in ramped.sent if at <= t < at + 0.1]
         assert len(window) <= allowed, (at - ramped.closed_at, len(window), allowed)
     # without the ramp the backlog lands at once: what the ramp prevents

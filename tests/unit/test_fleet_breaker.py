@@ -157,14 +157,14 @@ def test_H8_every_view_fed_the_same_log_holds_the_same_breaker(
 
 
 def test_F4_the_ramp_starts_at_the_start_rate_and_doubles_each_step_until_it_ends() -> None:
-    ramp = Ramp(RampConfig(start_rate=5, step_s=1, max_rate=100), T0)
+    ramp = Ramp(RampConfig(start_rate=5, step_s=1, max_rate=100, growth=2), T0)
     rates = [ramp.fleet_rate(T0 + n * SEC + 500) for n in range(6)]
     assert rates == [5, 10, 20, 40, 80, None]
     assert ramp.fleet_rate(T0) is None, "once over, it stays over"
 
 
 def test_F4_an_overload_halves_the_ramp_once_per_step_and_shares_add_up() -> None:
-    ramp = Ramp(RampConfig(start_rate=4, step_s=1, max_rate=1000), T0)
+    ramp = Ramp(RampConfig(start_rate=4, step_s=1, max_rate=1000, growth=2), T0)
     assert ramp.fleet_rate(T0 + 3 * SEC) == 32
     assert ramp.halve(T0 + 3 * SEC)
     assert not ramp.halve(T0 + 3 * SEC + 10), "the same step's news halves once"
@@ -178,10 +178,24 @@ def test_F4_an_overload_halves_the_ramp_once_per_step_and_shares_add_up() -> Non
     assert ramp.fleet_rate(T0 + 16 * SEC) == 0.5, "never below an eighth of the start"
 
 
+def test_F4_the_default_ramp_triples_each_step_and_an_overload_still_halves_it() -> None:
+    ramp = Ramp(RampConfig(), T0)  # 5/s, x3 a second, over at 10,000/s
+    rates = [ramp.fleet_rate(T0 + n * SEC + 500) for n in range(8)]
+    assert rates[:7] == pytest.approx([5, 15, 45, 135, 405, 1215, 3645])
+    assert rates[7] is None, "10,935/s is past the 10,000/s end"
+    ramp = Ramp(RampConfig(), T0)
+    assert ramp.halve(T0 + 2 * SEC)
+    assert ramp.fleet_rate(T0 + 2 * SEC) == pytest.approx(22.5)
+    assert ramp.fleet_rate(T0 + 4 * SEC) == pytest.approx(67.5), "then it grows again"
+    with pytest.raises(ValueError, match="growth"):
+        RampConfig(growth=1.0)
+
+
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [
         ({"recovery_start_rate": 0}, "HOOKSTREAM_RECOVERY_START_RATE"),
+        ({"recovery_growth": 1}, "HOOKSTREAM_RECOVERY_GROWTH"),
         ({"recovery_step": "0s"}, "HOOKSTREAM_RECOVERY_STEP"),
         ({"recovery_probe_bound": "soon"}, "HOOKSTREAM_RECOVERY_PROBE_BOUND"),
         ({"recovery_start_rate": 50, "recovery_max_rate": 10}, "recovery_max_rate"),

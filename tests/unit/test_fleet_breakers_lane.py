@@ -39,7 +39,11 @@ class InOrderLog(BreakerLog):
 @pytest.fixture
 def fleet() -> tuple[InOrderLog, FleetBreakers, FleetBreakers]:
     settings = load_settings(
-        breaker_failures=3, breaker_cooldown="2s", recovery_start_rate=4, recovery_step="1s"
+        breaker_failures=3,
+        breaker_cooldown="2s",
+        recovery_start_rate=4,
+        recovery_step="1s",
+        recovery_growth=2,
     )
     log = InOrderLog(settings)
     now = [T0 / 1000]
