@@ -7,9 +7,10 @@ many each further ``step_s`` (TCP's slow start, one step per "round trip"), unti
 ``max_rate``, where the ramp ends and only the subscriptions' own limits and the per-origin
 concurrency cap apply. The default growth is 3, not TCP's 2: a step here is a second, not a
 round trip, and at 5/s doubling takes 8 s to reach 1,000/s where tripling takes 5 s; a backlog
-of 2,000 then drains in about 6 s instead of 9 (`bench.recovery`). An overload signal (429, 5xx, timeout, a slowdown) halves the rate, at most once per step,
-and the halved rate holds for two steps before doubling again, so an endpoint that keeps
-signalling overload (once a step) sees the rate fall to its floor, an eighth of the start.
+of 2,000 then drains in about 6 s instead of 9 (`bench.recovery`). An overload signal (429,
+5xx, timeout, a slowdown) halves the rate, at most once per step, and the halved rate holds for
+two steps before growing again, so an endpoint that keeps signalling overload (once a step) sees
+the rate fall to its floor, an eighth of the start.
 
 The ramp is anchored at the time the shared breaker closed (its record's ``changed_at``), so
 every worker computes the same fleet rate; each worker sends its ``share`` of it (its share of the
@@ -65,7 +66,7 @@ class Ramp:
             return None
         config = self._config
         steps = max(0, now_ms - self._anchor_ms) // math.ceil(config.step_s * 1000)
-        rate = config.start_rate * 2.0 ** (self._level + steps * math.log2(config.growth))
+        rate = config.start_rate * math.pow(2.0, self._level + steps * math.log2(config.growth))
         if rate >= config.max_rate:
             self.done = True
             return None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 import re
 import time
 import uuid
@@ -64,8 +65,9 @@ AFTER_TRIP_ATTEMPTS = 50
 PROPAGATION_MS = 50
 #: Clock readings of the receiver and the workers (one machine) may differ by scheduling.
 SLACK_S = 0.05
-#: See the known gap where `stray` is computed: at most one small burst outside probe windows.
-STRAY_BURST_MAX = 5
+#: Requests the receiver logs outside probe windows though the ledger says they were sent inside
+#: one, or within the bound after the trip: the test's receiver thread logging them late.
+STRAY_LOGGED_MAX = 5
 
 
 def _ids_per_partition(prefix: str) -> list[str]:
@@ -135,15 +137,22 @@ def _api_breaker(worker: WorkerProcess, sub: Subscription) -> str:
     return state
 
 
-def _outside_probes(requests: list[RecordedRequest], applied: list[BreakerRecord]) -> list[float]:
-    """Request times that fall in no half-open period of ``applied`` (the probe's window runs
-    from its claim to the record that ended it)."""
+def _outside_windows(times: list[float], applied: list[BreakerRecord], slack: float) -> list[float]:
+    """The times that fall in no half-open period of ``applied`` (the probe's window runs from
+    its claim to the record that ended it), widened by ``slack`` seconds each side."""
     windows = [
-        (rec.changed_at / 1000 - SLACK_S, nxt.changed_at / 1000 + SLACK_S)
+        (rec.changed_at / 1000 - slack, nxt.changed_at / 1000 + slack)
         for rec, nxt in itertools.pairwise(applied)
         if rec.state is BreakerState.HALF_OPEN
     ]
-    return [r.at for r in requests if not any(lo <= r.at <= hi for lo, hi in windows)]
+    if applied and applied[-1].state is BreakerState.HALF_OPEN:  # a probe still out
+        windows.append((applied[-1].changed_at / 1000 - slack, math.inf))
+    return [t for t in times if not any(lo <= t <= hi for lo, hi in windows)]
+
+
+def _outside_probes(requests: list[RecordedRequest], applied: list[BreakerRecord]) -> list[float]:
+    """Receiver log times of `requests` that fall in no half-open period of ``applied``."""
+    return _outside_windows([r.at for r in requests], applied, SLACK_S)
 
 
 def _wait(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -227,6 +236,7 @@ def test_h8_three_workers_share_one_breaker_per_origin_across_kill_9_and_recover
 
         # --- recovery ------------------------------------------------------------------------
         cut = time.time()  # what happened before it is judged, with every record it caused
+        cut_ms = int(cut * 1000)
         time.sleep(1.0)
         applied = history(settings, origin)
         down = [r for r in receiver.requests_to("/dead") if r.at < cut]
@@ -249,13 +259,22 @@ def test_h8_three_workers_share_one_breaker_per_origin_across_kill_9_and_recover
 
         # H8: what reached the dead origin after the trip, and one probe per cooldown
         after_trip = [r for r in down if r.at > trip_at + SLACK_S]
-        stray = [t for t in _outside_probes(after_trip, applied) if t > trip_at + AFTER_TRIP_S]
-        # Known gap (issue #30 stays open for it): in one CI run of two, one burst of 3
-        # requests, sent in the same millisecond, reached the open origin outside any probe
-        # window, more than 1 s after the trip. Until its cause is found the test bounds it to
-        # one small burst and prints it, instead of asserting none.
-        print(f"H8: {len(stray)} requests outside probe windows after the trip: {stray}")
-        assert len(stray) <= STRAY_BURST_MAX, "the open origin got more than one small burst"
+        # Whether a request was sent outside a probe window is judged on when the worker started
+        # it (the ledger, on the workers' clock, the one the breaker records use), not on when
+        # the test's receiver thread logged it: under CI load that thread falls behind and logs
+        # a backlog of requests in one millisecond. That is the likely cause of the one burst
+        # of three requests "in the same millisecond", seconds after the trip, seen in CI once:
+        # this check on send times would have told.
+        stray_sent = [
+            t / 1000
+            for t in started_after(settings, trip.changed_at + int(AFTER_TRIP_S * 1000), cut_ms)
+        ]
+        stray = _outside_windows(stray_sent, applied, 0.0)
+        assert stray == [], f"attempts sent to the open origin outside probe windows: {stray}"
+        # on the receiver's clock, allow for that logging delay (and print what it saw)
+        logged = [t for t in _outside_probes(after_trip, applied) if t > trip_at + AFTER_TRIP_S]
+        print(f"H8: {len(logged)} requests logged outside probe windows after the trip: {logged}")
+        assert len(logged) <= STRAY_LOGGED_MAX, "the open origin got more than one small burst"
         # attempts started after the trip, from the ledger (those already in flight when it
         # tripped arrive after it too, but were sent before it)
         first_claim = next(r for r in applied if r.state is BreakerState.HALF_OPEN)
@@ -283,7 +302,7 @@ def test_h8_three_workers_share_one_breaker_per_origin_across_kill_9_and_recover
             ]
             assert len(inside) == 1, f"one probe per cooldown, fleet-wide: {claim}, {ended}"
         assert probes >= 3
-        assert len(after_trip) == probes + len(burst) + len(stray), "every other one was a probe"
+        assert len(after_trip) == probes + len(burst) + len(logged), "every other one was a probe"
 
         # every worker delivers again, and all show the closed breaker, as does the CLI
         for worker in env.workers:
