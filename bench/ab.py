@@ -1,0 +1,166 @@
+"""Before and after, in the same run: what a change costs the worker per delivery.
+
+    python -m bench.ab --before e9953bc^1 --after HEAD --runs 3 [--id H8]
+
+The machines differ in speed by about 3x from one day to the next, so a cost is only a figure
+next to a baseline measured on the same box at the same time. This checks out both revisions
+into temporary git worktrees and runs the throughput scenario of `bench.e2e` (one worker,
+``--events`` events at once to nginx) from each in turn, alternating before/after so drift in
+the box's speed falls on both sides alike. Each run is the revision's own code: its worker, its
+router and dispatcher, its benchmark harness (run with ``PYTHONPATH`` at its worktree, on the
+same virtualenv). It reports, per side, the median of the runs of: the worker's CPU per
+delivery (µs), deliveries/s, and the bare HTTP client's CPU per request (one core over the
+client's ceiling in that run); and the ratio after/before of the worker's CPU per delivery.
+
+Writes ``bench/results/ab-<id>-<time>.json`` and, with ``--id``, an entry in
+``bench/results/summary.json`` whose target is ``--target`` (default: at most 1.05x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import summary
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+
+
+def say(text: str) -> None:
+    print(f"[ab] {text}", flush=True)
+
+
+def _git(*args: str, cwd: Path = ROOT) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def per_delivery(run: dict[str, Any]) -> dict[str, float]:
+    """The figures of one throughput run that the comparison uses."""
+    rate = float(run["deliveries_per_s"])
+    return {
+        "worker_cpu_us_per_delivery": float(run["worker_cpu_percent"]) / 100 * 1e6 / rate,
+        "deliveries_per_s": rate,
+        "client_cpu_us_per_request": 1e6 / float(run["ceiling_rps"]),
+    }
+
+
+def one_run(tree: Path, out: Path, events: int) -> dict[str, float]:
+    """One throughput run of the code in `tree`; its figures."""
+    out.mkdir(parents=True, exist_ok=True)
+    before = set(out.glob("*.json"))
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    command = [
+        sys.executable,
+        "-m",
+        "bench.e2e",
+        "--scenario",
+        "throughput",
+        "--runs",
+        "1",
+        "--events",
+        str(events),
+        "--no-docs",
+        "--results-dir",
+        str(out),
+    ]
+    subprocess.run(command, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
+    (written,) = set(out.glob("*.json")) - before
+    result = json.loads(written.read_text())
+    return per_delivery(result["runs"][0])
+
+
+def medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
+def compare(before: str, after: str, runs: int, events: int, work: Path) -> dict[str, Any]:
+    """Alternate before/after `runs` times each; the figures and the ratio of the medians."""
+    sides = {"before": before, "after": after}
+    trees: dict[str, Path] = {}
+    commits: dict[str, str] = {}
+    try:
+        for label, rev in sides.items():
+            commits[label] = _git("rev-parse", "--short=12", rev)
+            trees[label] = work / label
+            _git("worktree", "add", "--detach", str(trees[label]), commits[label])
+        figures: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+        for n in range(runs):
+            for label in ("before", "after") if n % 2 == 0 else ("after", "before"):
+                got = one_run(trees[label], work / f"out-{label}", events)
+                figures[label].append(got)
+                say(f"run {n + 1} {label} ({commits[label]}): {json.dumps(got)}")
+    finally:
+        for tree in trees.values():
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT)
+    mid = {label: medians(found) for label, found in figures.items()}
+    key = "worker_cpu_us_per_delivery"
+    return {
+        "before": {"rev": before, "commit": commits["before"], "runs": figures["before"]},
+        "after": {"rev": after, "commit": commits["after"], "runs": figures["after"]},
+        "medians": mid,
+        "ratio": mid["after"][key] / mid["before"][key],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", required=True, help="the baseline revision")
+    parser.add_argument("--after", default="HEAD", help="the revision measured against it")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each side (the median)")
+    parser.add_argument("--events", type=int, default=30000)
+    parser.add_argument("--id", help="the summary.json entry to record (a requirement id)")
+    parser.add_argument("--target", type=float, default=1.05, help="the highest ratio that passes")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    load_before = list(os.getloadavg())
+    with tempfile.TemporaryDirectory(prefix="hookstream-ab-") as tmp:
+        body = compare(args.before, args.after, args.runs, args.events, Path(tmp))
+    result = {
+        "command": "python -m bench.ab " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "load_before": load_before,
+        "load_after": list(os.getloadavg()),
+        "nproc": os.cpu_count(),
+        "events": args.events,
+        **body,
+    }
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    path = args.results_dir / f"ab-{(args.id or 'run').lower()}-{stamp}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    mid = body["medians"]
+    say(
+        f"worker CPU per delivery: before {mid['before']['worker_cpu_us_per_delivery']:.1f} µs, "
+        f"after {mid['after']['worker_cpu_us_per_delivery']:.1f} µs, "
+        f"ratio {body['ratio']:.3f} (target <= {args.target}); results: {path}"
+    )
+    if args.id:
+        summary.record(
+            args.id,
+            value=round(body["ratio"], 3),
+            unit="x the worker's CPU per delivery before the change (same run, healthy origin)",
+            target=f"<= {args.target}x (before {body['before']['commit']})",
+            met=body["ratio"] <= args.target,
+            results_file=path,
+            extra={
+                "before_us": round(mid["before"]["worker_cpu_us_per_delivery"], 1),
+                "after_us": round(mid["after"]["worker_cpu_us_per_delivery"], 1),
+                "runs_each": args.runs,
+            },
+        )
+        summary.update_docs()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

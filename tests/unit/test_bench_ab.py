@@ -1,0 +1,20 @@
+"""The before/after comparison of `bench.ab` (H8's cost on the hot path, P1): its arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.ab import medians, per_delivery
+
+
+def test_h8_p1_cpu_per_delivery_is_the_workers_share_of_a_core_over_its_rate() -> None:
+    run = {"worker_cpu_percent": 100.0, "deliveries_per_s": 2500.0, "ceiling_rps": 20000.0}
+    figures = per_delivery(run)
+    assert figures["worker_cpu_us_per_delivery"] == pytest.approx(400.0)
+    assert figures["client_cpu_us_per_request"] == pytest.approx(50.0)
+    assert figures["deliveries_per_s"] == 2500.0
+
+
+def test_h8_the_medians_are_taken_per_figure_across_runs() -> None:
+    runs = [{"a": 3.0, "b": 10.0}, {"a": 1.0, "b": 30.0}, {"a": 2.0, "b": 20.0}]
+    assert medians(runs) == {"a": 2.0, "b": 20.0}
