@@ -32,6 +32,7 @@ from bench import summary
 from bench.nginx import free_port
 from bench.worker import Worker
 from streams.adapters.kafka_admin import TopicAdmin, apply_topics, delete_topics
+from streams.adapters.secretbox import local_key
 from streams.domain.breaker import BreakerState, origin_of
 from streams.domain.models import Event
 from streams.services.breakers import breaker_view
@@ -114,15 +115,17 @@ def run_once(bootstrap: str, deliveries: int, cooldown_s: float, ramp: bool) -> 
     receiver = Receiver()
     workdir = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
     prefix = f"benchrec{uuid.uuid4().hex[:8]}."
-    settings: Settings = load_settings(
-        kafka_bootstrap=bootstrap,
-        topic_prefix=prefix,
-        group_id=prefix.rstrip("."),
-        data_dir=workdir / "data",
-        topics_file=REPO / "topics.yaml",
-        web_port=free_port(),
-        allow_private_destinations=True,
-        retry_schedule=RETRIES,
+    settings: Settings = local_key(  # S5: secrets encrypted under a key made for the run
+        load_settings(
+            kafka_bootstrap=bootstrap,
+            topic_prefix=prefix,
+            group_id=prefix.rstrip("."),
+            data_dir=workdir / "data",
+            topics_file=REPO / "topics.yaml",
+            web_port=free_port(),
+            allow_private_destinations=True,
+            retry_schedule=RETRIES,
+        )
     )
     url = f"http://127.0.0.1:{receiver.port}/hook"
     apply_topics(settings)
