@@ -167,6 +167,13 @@ BACKFILLS_RUNNING = Gauge(
     "Backfills running on this worker.",
     registry=REGISTRY,
 )
+LEDGER_COMPACTION = Gauge(
+    "hookstream_ledger_compaction",
+    "The ledger state's RocksDB compaction (S6): what=pending_bytes (its estimate of the bytes "
+    "still to compact), what=running (compactions under way). Reads are slower while it runs.",
+    ["what"],
+    registry=REGISTRY,
+)
 EVENTS_ROUTED = Counter(
     "hookstream_events_routed",
     "Ingest events accepted, archived and routed.",
@@ -257,6 +264,11 @@ def _in_flight_child(lane: str) -> Any:
     if child is None:
         child = _in_flight_children[str(lane)] = IN_FLIGHT.labels(_member(lane, LANES))
     return child
+
+
+def set_ledger_compaction(pending_bytes: int, running: int) -> None:
+    LEDGER_COMPACTION.labels(what="pending_bytes").set(pending_bytes)
+    LEDGER_COMPACTION.labels(what="running").set(running)
 
 
 def set_in_flight(lane: str, n: int) -> None:

@@ -78,6 +78,12 @@ class LedgerStore(Sweeps):
     def disk_bytes(self) -> int:
         return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
 
+    def compaction(self) -> tuple[int, int]:
+        """RocksDB's estimate of the bytes still to compact, and the compactions running."""
+        pending = self.db.property_int_value("rocksdb.estimate-pending-compaction-bytes")
+        running = self.db.property_int_value("rocksdb.num-running-compactions")
+        return pending or 0, running or 0
+
     # --- positions ----------------------------------------------------------------------------
 
     def next_offset(self, partition: int, topic: bytes) -> int | None:

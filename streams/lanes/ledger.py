@@ -28,6 +28,7 @@ from typing import Final
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
+from streams import metrics
 from streams.adapters.kafka_clients import make_consumer
 from streams.adapters.ledger_store import LedgerStore
 from streams.domain import ledger_keys as k
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 BATCH: Final = 1000
 #: Entries expired per partition and sweep at most; the rest goes at the next sweep.
 SWEEP_BUDGET: Final = 20_000
+#: How often the reader publishes its store's compaction state (`hookstream_ledger_compaction`).
+STATS_INTERVAL_S: Final = 2.0
 
 
 class Materialiser:
@@ -67,6 +70,7 @@ class Materialiser:
         self._started: dict[int, float] = {}
         self._absent: set[str] = set()
         self._next_sweep = 0.0
+        self._next_stats = 0.0
         self.restores: dict[int, float] = {}  # partition -> seconds its last restore took
         self.skipped = 0
         self._stop = threading.Event()
@@ -137,6 +141,9 @@ class Materialiser:
             for index, records in enumerate((attempts, letters)):
                 if records:
                     self._reached(index, part, records[-1][0] + 1)
+        if self._clock() >= self._next_stats:
+            self._next_stats = self._clock() + STATS_INTERVAL_S
+            metrics.set_ledger_compaction(*self._store.compaction())
         if self._clock() >= self._next_sweep:
             self._next_sweep = self._clock() + self._settings.ledger_sweep_interval
             self.sweep()

@@ -222,3 +222,16 @@ def test_s6_entries_expire_with_their_latest_time_and_a_deleted_subscription_is_
     keys = [key for key in store.db.keys() if isinstance(key, bytes)]  # noqa: SIM118
     left = [key for key in keys if not key.startswith(k.offset_key(0, b""))]
     assert left and all(b"sub_a" not in key for key in left)
+
+
+def test_s6_the_store_reports_its_compaction_and_it_settles(store: LedgerStore) -> None:
+    for n in range(4):  # several flushed files of overlapping keys: something to compact
+        records = [
+            (n * 500 + i, codec.encode(attempt(f"d{i}", n + 1, 1_000 + n))) for i in range(500)
+        ]
+        store.apply(0, records, [])
+        store.db.flush()
+    pending, running = store.compaction()
+    assert pending >= 0 and running >= 0
+    store.db.compact_range(None, None)
+    assert store.compaction() == (0, 0), "nothing left to compact after a full compaction"
