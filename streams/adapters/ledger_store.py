@@ -12,6 +12,8 @@ short ranges. RocksDB serves both at once.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -253,16 +255,19 @@ class LedgerStore(Sweeps):
         limit: int,
     ) -> list[StoredLetter]:
         """Up to ``limit`` dead letters after ``after`` in the order of `LetterPosition`
-        (newest first), merged over ``partitions``."""
-        found: list[StoredLetter] = []
-        for partition in partitions:
-            found.extend(
-                self._partition_letters(
-                    partition, subscription_id, tenant_id, reason, since_ms, until_ms, after, limit
-                )
+        (newest first), merged over ``partitions``.
+
+        A lazy k-way merge: each partition's scan is already in that order, so a page reads
+        ``limit`` letters plus one per partition, not ``limit`` from every partition (which
+        made a page of everybody's letters 3x slower at 2M attempts than at 100k)."""
+        scans = [
+            self._partition_letters(
+                partition, subscription_id, tenant_id, reason, since_ms, until_ms, after, limit
             )
-        found.sort(key=lambda s: s.position)
-        return found[:limit]
+            for partition in sorted(partitions)
+        ]
+        merged = heapq.merge(*scans, key=lambda s: s.position)
+        return list(itertools.islice(merged, limit))
 
     def _partition_letters(
         self,
