@@ -173,6 +173,25 @@ def timed(client: httpx.Client, paths: list[str]) -> dict[str, float]:
     return {"p50_ms": percentile(times, 50), "p99_ms": percentile(times, 99), "n": len(times)}
 
 
+_COMPACTION = re.compile(r'^hookstream_ledger_compaction\{what="(\w+)"\} (\S+)$', re.MULTILINE)
+
+
+def wait_compacted(client: httpx.Client, timeout_s: float) -> float:
+    """Seconds until the worker's ledger store has no compaction pending or running
+    (`hookstream_ledger_compaction`, published every 2 s), three readings in a row: the steady
+    state a worker reaches once it has restored a ledger this size."""
+    began = time.monotonic()
+    quiet = 0
+    while quiet < 3:
+        if time.monotonic() - began > timeout_s:
+            raise RuntimeError(f"the ledger was still compacting after {timeout_s:.0f}s")
+        found = dict(_COMPACTION.findall(client.get("/metrics").text))
+        settled = found and all(float(v) == 0 for v in found.values())
+        quiet = quiet + 1 if settled else 0
+        time.sleep(2.0)
+    return time.monotonic() - began
+
+
 def measure(rig: Rig, filled: dict[str, Any], samples: int) -> dict[str, Any]:
     keys = filled["keys"]
     subs = [f"sub_bulk_{random.randrange(SUBSCRIPTIONS)}" for _ in range(samples)]
@@ -255,6 +274,9 @@ def run_size(args: argparse.Namespace, size: int, work: Path) -> dict[str, Any]:
         with _client(rig) as client:
             visible_s = wait_visible(client, filled["last_key"], 900)
         say(f"[{size}] {filled['attempts']} attempts read {visible_s:.1f}s after the fill")
+        with _client(rig) as client:
+            compacted_s = wait_compacted(client, 900)
+        say(f"[{size}] the ledger's compaction settled {compacted_s:.1f}s later")
         stop = threading.Event()
         load = threading.Thread(target=deliver_at, args=(rig, args.rate, stop), daemon=True)
         load.start()
@@ -268,6 +290,7 @@ def run_size(args: argparse.Namespace, size: int, work: Path) -> dict[str, Any]:
             "size": size,
             "fill": {k: v for k, v in filled.items() if k not in ("keys", "last_key")},
             "visible_after_fill_s": visible_s,
+            "compaction_settled_s": compacted_s,
             "lookups": figures,
             "worker_rss_mib": rig.worker.last_rss() / 2**20,
             "worker_cpu_percent_during": rig.worker.cpu_percent(cpu0[0], time.time()),
