@@ -1,11 +1,11 @@
 """F4 and H7 on the real broker: a recovered endpoint is neither kept waiting nor flattened.
 
-A backlog queues for one endpoint (no ``rate_limit``) behind an outage; the endpoint recovers
-right after a failed half-open probe, so the backlog waits one full probe interval, the worst
-case. Scaled down from the issue's 2,000 deliveries behind a 60 s outage to 300 deliveries
-behind a 8-16 s outage (CI time), with a 10/s start rate so the ramp's length keeps the same
-proportion to the probe wait. The same scenario runs twice on one worker, with the slow start
-and without it:
+A backlog of 2,000 deliveries queues for one endpoint (no ``rate_limit``) behind an outage; the
+endpoint recovers right after a failed half-open probe, so the backlog waits one full probe
+interval, the worst case. The ramp has its defaults (5/s, tripled every second); the outage
+is 16-24 s instead of 60 s, with the probe bound at 8 s instead of 60 s (CI time), which makes
+the drain-time ratio harder to meet, not easier: a longer wait counts on both sides. The same
+scenario runs twice on one worker, with the slow start and without it:
 
 - with ``HOOKSTREAM_BREAKER_MAX_COOLDOWN`` at its 10 min default, the cooldown stops growing at
   the probe bound (8 s) while deliveries wait, and the first backlog delivery arrives within
@@ -43,8 +43,8 @@ from tests.receivers import Receiver, Respond
 pytestmark = pytest.mark.integration
 
 ADMIN = "op-" + uuid.uuid4().hex
-BACKLOG = 300
-START_RATE = 10.0
+BACKLOG = 2000
+START_RATE = 5.0  # HOOKSTREAM_RECOVERY_START_RATE's default
 GROWTH = 3.0  # HOOKSTREAM_RECOVERY_GROWTH's default
 MAX_RATE = 10000.0  # HOOKSTREAM_RECOVERY_MAX_RATE's default
 BOUND_S = 8.0
@@ -181,6 +181,7 @@ def test_f4_h7_a_backlog_after_an_outage_ramps_up_from_the_start_rate_and_waits_
         window = [t for t in ramped.sent if at <= t < at + 0.1]
         assert len(window) <= allowed, (at - ramped.closed_at, len(window), allowed)
     # without the ramp the backlog lands at once: what the ramp prevents
-    assert flat.most_in(0.1) > 4 * ramped.most_in(0.1), (flat.most_in(0.1), ramped.most_in(0.1))
+    flat_first = [t for t in flat.sent if flat.closed_at <= t < flat.closed_at + 1.0]
+    assert len(flat_first) > 20 * START_RATE, (len(flat_first), len(first_second))
     # and the ramp costs at most twice the drain time, counted from recovery
     assert ramped.drain_s <= 2 * flat.drain_s, (ramped.drain_s, flat.drain_s)
