@@ -14,7 +14,7 @@ from streams.adapters import codec
 from streams.adapters.ingest import DEFAULT_MAX_EVENT_BYTES, decode_ingest_event, encode_json_event
 from streams.domain.models import Event
 from streams.errors import DecodeError
-from tests.unit.test_codec import NOW, doubles, sample_event
+from tests.strategies import NOW, doubles, sample_event
 
 JSON = "application/json"
 
