@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
-import ipaddress
 import itertools
 import socket
 import ssl
@@ -37,92 +35,43 @@ from pathlib import Path
 from types import TracebackType
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
-HOST = "127.0.0.1"
+from tests.behaviours import (
+    Behaviour,
+    Capacity,
+    Close,
+    Garbage,
+    Http10,
+    HugeBody,
+    PerId,
+    Reset,
+    Respond,
+    Silent,
+    Trickle,
+)
+from tests.tls_files import HOST, TlsFiles, make_self_signed
 
-
-# --- behaviours ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Respond:
-    """Answer ``status`` after ``delay_s``, with extra headers (Retry-After, Location...)."""
-
-    status: int = 200
-    headers: tuple[tuple[str, str], ...] = ()
-    body: bytes = b""
-    delay_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class Reset:
-    """Read the request, then reset the connection (SO_LINGER 0): the client sees an RST."""
-
-
-@dataclass(frozen=True)
-class Close:
-    """Read the request, then close the connection cleanly without answering."""
-
-
-@dataclass(frozen=True)
-class Silent:
-    """Accept and read the request, then never answer, until the client gives up."""
-
-
-@dataclass(frozen=True)
-class HugeBody:
-    """A 200 whose body never ends in practice: ``content_length`` bytes (None: endless chunked),
-    written ``chunk_size`` at a time with ``interval_s`` between chunks."""
-
-    content_length: int | None = 2 * 1024**3
-    chunk_size: int = 65536
-    interval_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class Trickle:
-    """Slowloris: a 200 with headers promptly, then one body byte every ``interval_s``."""
-
-    interval_s: float = 0.1
-    content_length: int = 1_000_000
-
-
-@dataclass(frozen=True)
-class Garbage:
-    """Answer with ``data`` as it is (not HTTP, or broken HTTP), then close."""
-
-    data: bytes = b"SPAM SPAM SPAM\r\n\r\n"
-
-
-@dataclass(frozen=True)
-class Http10:
-    """An HTTP/1.0 200 without Content-Length: the body ends when the connection closes."""
-
-    body: bytes = b"ok from an old server"
-
-
-@dataclass(frozen=True)
-class Capacity:
-    """A server that handles ``limit`` requests at once: each gets a 200 after ``delay_s``, and
-    a request beyond the limit gets an immediate 503 (counted in `Receiver.overflows`)."""
-
-    limit: int
-    delay_s: float = 0.05
-
-
-Behaviour = Respond | Reset | Close | Silent | HugeBody | Trickle | Garbage | Http10 | Capacity
-
-
-@dataclass(frozen=True)
-class PerId:
-    """Script one delivery's attempts: the n-th request carrying a given ``webhook-id`` gets
-    ``steps[n]``, and every request after the last step gets the last step again."""
-
-    steps: tuple[Behaviour, ...]
+# re-exported: tests import the behaviours and the TLS files from here
+__all__ = [
+    "HOST",
+    "Behaviour",
+    "Capacity",
+    "Close",
+    "Garbage",
+    "Http10",
+    "HugeBody",
+    "PerId",
+    "Receiver",
+    "RecordedRequest",
+    "Reset",
+    "Respond",
+    "Silent",
+    "TlsFiles",
+    "Trickle",
+    "closed_port",
+    "make_self_signed",
+    "receiver_factory",
+]
 
 
 @dataclass(frozen=True)
@@ -135,61 +84,6 @@ class RecordedRequest:
     body: bytes
     connection: int  # sequence number of the TCP connection it arrived on
     at: float = field(default_factory=time.time)
-
-
-# --- TLS -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TlsFiles:
-    """A self-signed certificate for 127.0.0.1 and localhost, and its key, as PEM files."""
-
-    cert: Path
-    key: Path
-
-    def server_context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(self.cert, self.key)
-        return context
-
-    def client_context(self) -> ssl.SSLContext:
-        """A client context that trusts this certificate (and nothing else)."""
-        return ssl.create_default_context(cafile=str(self.cert))
-
-
-def make_self_signed(directory: Path) -> TlsFiles:
-    """Write a fresh self-signed certificate and key into ``directory``."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hookstream test receiver")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address(HOST))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    directory.mkdir(parents=True, exist_ok=True)
-    files = TlsFiles(directory / "receiver.crt", directory / "receiver.key")
-    files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    files.key.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return files
 
 
 # --- the server ------------------------------------------------------------------------------
