@@ -169,7 +169,7 @@ def _profiled_run(
 
 def _latency(args: argparse.Namespace, receiver: Nginx, work: Path) -> dict[str, Any]:
     result = scenario_latency(args, receiver, work, rig_config, say)
-    say(hops.table(result["hops_median_p99_ms"]))
+    say(hops.table(result["hop_medians"]))
     return result
 
 

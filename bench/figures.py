@@ -100,7 +100,7 @@ def _per_process(runs: list[dict[str, Any]], names: tuple[str, ...]) -> dict[str
 def _hops_p99(result: dict[str, Any]) -> dict[str, Any]:
     """Each hop's p99 (median of the runs), hookstream's and the floor's (`bench.latency`)."""
     found: dict[str, Any] = {}
-    split = result.get("hops_median_p99_ms") or {}
+    split = result.get("hop_medians") or {}
     own = split.get("hookstream") or {}
     names = [key[: -len("_p99_ms")] for key in own if key.endswith("_p99_ms")]
     if not names:

@@ -15,6 +15,7 @@ negative when two clocks round opposite ways.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 
 from bench.report import percentile
@@ -58,12 +59,16 @@ def split(
     return figures
 
 
-def hop_names(figures: Mapping[str, float]) -> list[str]:
+def hop_names(figures: Mapping[str, object]) -> list[str]:
     """The hops of a `split` result, in order."""
     return [key[: -len("_p50_ms")] for key in figures if key.endswith("_p50_ms")]
 
 
-def table(rows: Mapping[str, Mapping[str, float]]) -> str:
+def _cell(value: float | None) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.1f}"
+
+
+def table(rows: Mapping[str, Mapping[str, float | None]]) -> str:
     """A markdown table of `split` results side by side, e.g. ``{"hookstream": ..., "floor":
     ...}``: one line per hop and result, p50 / p99 / max / the slowest 1%'s mean, in ms."""
     lines = [
@@ -72,9 +77,6 @@ def table(rows: Mapping[str, Mapping[str, float]]) -> str:
     ]
     for label, figures in rows.items():
         for hop in hop_names(figures):
-            cells = (figures.get(f"{hop}_{k}_ms", float("nan")) for k in ("p50", "p99", "max"))
-            tail = figures.get(f"{hop}_tail_ms", float("nan"))
-            lines.append(
-                f"| {hop} | {label} | " + " | ".join(f"{v:.1f}" for v in (*cells, tail)) + " |"
-            )
+            cells = [_cell(figures.get(f"{hop}_{k}_ms")) for k in ("p50", "p99", "max", "tail")]
+            lines.append(f"| {hop} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

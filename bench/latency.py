@@ -220,7 +220,7 @@ def scenario_latency(
         runs.append(run)
         say(f"run {i + 1}: {run_line(run)}")
     medians = {key: median_of(runs, key) for key in LATENCY_KEYS}
-    return {"runs": runs, "medians": medians, "hops_median_p99_ms": hop_medians(runs)}
+    return {"runs": runs, "medians": medians, "hop_medians": hop_medians(runs)}
 
 
 def hop_medians(runs: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import hops
+from bench import figures, hops
 from bench.floor import read_hops
 from bench.latency import hop_medians, with_floor
 
@@ -67,6 +67,8 @@ def test_p2_the_hop_table_shows_every_hop_of_every_side() -> None:
     assert lines[0].startswith("| hop | of |")
     assert len(lines) == 2 + 2 * 3
     assert "| route | floor | 2.0 | " in text
+    # a median the runs could not give shows as n/a
+    assert "| route | old | n/a | n/a | n/a | n/a |" in hops.table({"old": {"route_p50_ms": None}})
 
 
 def test_p2_the_floor_hop_file_is_read_per_event(tmp_path: Path) -> None:
@@ -103,3 +105,30 @@ def test_p2_a_run_carries_the_floor_of_the_same_run_and_medians_of_its_hops() ->
     medians = hop_medians([run, other])
     assert medians["hookstream"]["route_p99_ms"] == 6.0
     assert medians["floor"]["route_p99_ms"] == 2.0
+
+
+def test_p2_row_lists_the_hop_p99s_and_each_process_cpu_beside_the_floor() -> None:
+    runs = [
+        {
+            "p99_ms": p99,
+            "worker_us_per_delivery": 500.0,
+            "floor_relay_us_per_delivery": 120.0,
+            "broker_us_per_delivery": 300.0,
+            "publisher_us_per_delivery": 40.0,
+        }
+        for p99 in (10.0, 12.0, 11.0)
+    ]
+    medians = {"p50_ms": 3.0, "p95_ms": 6.0, "p99_ms": 11.0}
+    medians |= {"floor_p50_ms": 2.5, "floor_p99_ms": 6.0}
+    split = {"hookstream": {"append_p99_ms": 1.0, "route_p99_ms": 4.0, "http_p99_ms": 1.0}}
+    split["floor"] = {"append_p99_ms": 1.0, "route_p99_ms": 2.0, "http_p99_ms": 0.5}
+    result = {"config": {"rate": 1000}, "runs": runs, "medians": medians, "hop_medians": split}
+    figure = figures.p2(result)
+    assert figure is not None and figure["met"] is True  # 1.2x and 1.83x, spread 1.09
+    extra = figure["extra"]
+    assert extra["p50_over_floor"] == 1.2 and extra["p99_over_floor"] == 1.83
+    assert extra["worker_cpu_per_delivery_us"] == 500
+    assert extra["floor_relay_cpu_per_delivery_us"] == 120
+    assert extra["hops"] == "append/route/http"
+    assert extra["hop_p99_ms"] == [1.0, 4.0, 1.0]
+    assert extra["floor_hop_p99_ms"] == [1.0, 2.0, 0.5]
