@@ -24,6 +24,23 @@ from bench.report import percentile
 Point = tuple[str, Mapping[str, float]]
 
 
+def _rows(
+    sent: Mapping[str, float], points: Sequence[Point], received: Mapping[str, float]
+) -> tuple[list[str], list[tuple[str, list[float]]]]:
+    """The hop names and, per delivery every point knows: its key and each hop in ms, then the
+    whole latency."""
+    names = [name for name, _ in points] + ["http"]
+    stops = [times for _, times in points] + [received]
+    rows: list[tuple[str, list[float]]] = []
+    for key, at in sent.items():
+        if not all(key in times for times in stops):
+            continue
+        marks = [at, *(times[key] for times in stops)]
+        hops = [(later - earlier) * 1000 for earlier, later in itertools.pairwise(marks)]
+        rows.append((key, [*hops, (marks[-1] - at) * 1000]))
+    return names, rows
+
+
 def split(
     sent: Mapping[str, float], points: Sequence[Point], received: Mapping[str, float]
 ) -> dict[str, float]:
@@ -34,15 +51,8 @@ def split(
     ``<hop>_max_ms``, ``<hop>_tail_ms`` (the mean over the slowest 1% of the deliveries by their
     whole latency, at least one), and ``total_p99_ms``.
     """
-    names = [name for name, _ in points] + ["http"]
-    stops = [times for _, times in points] + [received]
-    rows: list[list[float]] = []  # per delivery: each hop in ms, then the total
-    for key, at in sent.items():
-        if not all(key in times for times in stops):
-            continue
-        marks = [at, *(times[key] for times in stops)]
-        hops = [(later - earlier) * 1000 for earlier, later in itertools.pairwise(marks)]
-        rows.append([*hops, (marks[-1] - at) * 1000])
+    names, keyed = _rows(sent, points, received)
+    rows = [row for _, row in keyed]
     figures: dict[str, float] = {"split": len(rows)}
     total_p99 = percentile([row[-1] for row in rows], 99)
     # the slowest 1% by the whole latency (at least one): ties at the p99 do not swell it
@@ -57,6 +67,28 @@ def split(
         )
     figures["total_p99_ms"] = total_p99
     return figures
+
+
+def slowest(
+    sent: Mapping[str, float],
+    points: Sequence[Point],
+    received: Mapping[str, float],
+    began: float,
+    count: int = 10,
+) -> list[dict[str, float]]:
+    """The ``count`` slowest deliveries, slowest first: when each was published (seconds after
+    ``began``), its whole latency and each hop, in ms. Outliers that share a second and a hop
+    share a cause (a pause of the broker, the worker or the box)."""
+    names, keyed = _rows(sent, points, received)
+    worst = sorted(keyed, key=lambda item: item[1][-1], reverse=True)[:count]
+    return [
+        {
+            "at_s": round(sent[key] - began, 3),
+            "total_ms": round(row[-1], 1),
+            **{f"{name}_ms": round(value, 1) for name, value in zip(names, row, strict=False)},
+        }
+        for key, row in worst
+    ]
 
 
 def hop_names(figures: Mapping[str, object]) -> list[str]:

@@ -3,8 +3,9 @@
 `latency_phase` publishes at a fixed rate from this process into a rig (a worker, or the floor
 relay of `bench.floor` with ``RigConfig(floor=True)``) and reads nginx's access log: the
 publish-to-receive percentiles after a warm-up, the per-second timeline, each process' CPU per
-delivery, and where the time went hop by hop (`bench.hops`): for hookstream from the records
-the pipeline wrote (`bench.traffic.stages`), for the floor from its own hop file.
+delivery, and where the time went hop by hop (`bench.hops`), with the slowest deliveries'
+hops: for hookstream from the records the pipeline wrote (`bench.traffic.stage_points`), for
+the floor from its own hop file.
 
 `scenario_latency` runs, in each run, the floor and hookstream one after the other at the same
 rate, alternating which goes first, and puts the floor's p50/p95/p99/max (``floor_*``) and its
@@ -28,7 +29,7 @@ from bench.floor import read_hops
 from bench.nginx import Nginx
 from bench.report import fmt, median_of, percentile
 from bench.rig import TENANT, Rig, RigConfig, _json, _minus, _produce, gc_pauses, make_event
-from bench.traffic import stages
+from bench.traffic import stage_points
 
 FLOOR_KEYS = ("p50_ms", "p95_ms", "p99_ms", "max_ms")
 LATENCY_KEYS = (
@@ -131,19 +132,21 @@ def latency_phase(
         result["worker_gc"] = {"start": gc_at_start, "run": _minus(gc_pauses(rig), gc_at_start)}
     if split:
         chosen = {key: sent[key] for key in measured}
-        result["hops"] = (
-            _floor_hops(rig, chosen, appended)
+        points = (
+            _floor_points(rig, chosen, appended)
             if rig.config.floor
-            else stages(rig, chosen, appended or None)
+            else stage_points(rig, chosen, appended or None)
         )
+        result["hops"] = hops.split(chosen, points, received)
+        result["slowest"] = hops.slowest(chosen, points, received, began)
     return result
 
 
-def _floor_hops(rig: Rig, sent: dict[str, float], appended: dict[str, float]) -> dict[str, float]:
-    """The floor's hops, named as hookstream's (`bench.traffic.stages`): ``append`` (the broker
-    appended the event), ``route`` (hop 1 read it), ``produce`` (the broker appended the
-    relayed record), ``dispatch`` (hop 2 started the request), ``http`` (nginx logged it).
-    Waits until its hop file covers every request nginx logged (it flushes every 200 ms)."""
+def _floor_points(rig: Rig, sent: dict[str, float], appended: dict[str, float]) -> list[hops.Point]:
+    """The floor's points, named as hookstream's (`bench.traffic.stage_points`): ``append``
+    (the broker appended the event), ``route`` (hop 1 read it), ``produce`` (the broker
+    appended the relayed record), ``dispatch`` (hop 2 started the request). Waits until its
+    hop file covers every request nginx logged (it flushes every 200 ms)."""
     received = rig.receiver.log.received
     wanted = {key for key in sent if key in received}
     deadline = time.monotonic() + HOPS_WAIT_S
@@ -153,8 +156,9 @@ def _floor_hops(rig: Rig, sent: dict[str, float], appended: dict[str, float]) ->
             break
         time.sleep(0.2)
     points: list[hops.Point] = [("append", appended)] if appended else []
-    points += [(name, times[name]) for name in ("route", "produce", "dispatch") if times[name]]
-    return hops.split(sent, points, received)
+    return points + [
+        (name, times[name]) for name in ("route", "produce", "dispatch") if times[name]
+    ]
 
 
 def timeline(

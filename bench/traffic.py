@@ -210,13 +210,22 @@ def max_in_fixed_windows(times: Iterable[float], window_s: float = 1.0) -> int:
 def stages(
     rig: Rig, sent: Mapping[str, float], appended: Mapping[str, float] | None = None
 ) -> dict[str, float]:
-    """Where the deliveries in ``sent`` spent their time (`bench.hops.split`), each hop named
-    after the point it ends at: ``route`` when the router routed the event
+    """Where the deliveries in ``sent`` spent their time (`bench.hops.split` of
+    `stage_points`)."""
+    return hops.split(sent, stage_points(rig, sent, appended), rig.receiver.log.received)
+
+
+def stage_points(
+    rig: Rig, sent: Mapping[str, float], appended: Mapping[str, float] | None = None
+) -> list[hops.Point]:
+    """The points the pipeline recorded for the deliveries in ``sent``, each hop named after
+    the point it ends at: ``route`` when the router routed the event
     (``Delivery.routed_at``), ``dispatch`` when the attempt started (``Attempt.started_at`` in
     the ledger: the routed record's linger, append and fetch, the dispatcher's intake and flow
-    control), ``http`` when nginx logged the request. With ``appended`` (when the broker
-    appended each event), ``append`` comes first; when ``routed`` is stamped with its append
-    time (`RigConfig.append_times`), ``produce`` ends there and ``dispatch`` starts there."""
+    control); `bench.hops` adds ``http``, when nginx logged the request. With ``appended``
+    (when the broker appended each event), ``append`` comes first; when ``routed`` is stamped
+    with its append time (`RigConfig.append_times`), ``produce`` ends there and ``dispatch``
+    starts there."""
     routed: dict[str, float] = {}
     produced: dict[str, float] = {}
     for msg in scan(rig.settings, rig.settings.topic("routed")):
@@ -236,4 +245,4 @@ def stages(
     if produced:
         points.append(("produce", produced))
     points.append(("dispatch", started))
-    return hops.split(sent, points, rig.receiver.log.received)
+    return points

@@ -132,3 +132,17 @@ def test_p2_row_lists_the_hop_p99s_and_each_process_cpu_beside_the_floor() -> No
     assert extra["hops"] == "append/route/http"
     assert extra["hop_p99_ms"] == [1.0, 4.0, 1.0]
     assert extra["floor_hop_p99_ms"] == [1.0, 2.0, 0.5]
+
+
+def test_p2_the_slowest_deliveries_are_listed_with_their_hops_and_second() -> None:
+    sent, points, received = _points(10)
+    worst = hops.slowest(sent, points, received, began=1000.0, count=2)
+    assert len(worst) == 2
+    assert worst[0] == {
+        "at_s": 7.0,
+        "total_ms": 53.5,
+        "append_ms": 1.0,
+        "route_ms": 52.0,
+        "http_ms": 0.5,
+    }
+    assert worst[1]["total_ms"] == 3.5
