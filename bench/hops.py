@@ -76,11 +76,18 @@ def slowest(
     began: float,
     count: int = 10,
 ) -> list[dict[str, float]]:
-    """The ``count`` slowest deliveries, slowest first: when each was published (seconds after
-    ``began``), its whole latency and each hop, in ms. Outliers that share a second and a hop
-    share a cause (a pause of the broker, the worker or the box)."""
+    """The slowest delivery of each of the ``count`` seconds whose slowest is slowest, slowest
+    first: when it was published (seconds after ``began``), its whole latency and each hop,
+    in ms. One stall delays every delivery published in it, so one per second shows the stalls
+    rather than one stall's deliveries; hops that stall together share a cause (a pause of the
+    broker, the worker or the box)."""
     names, keyed = _rows(sent, points, received)
-    worst = sorted(keyed, key=lambda item: item[1][-1], reverse=True)[:count]
+    by_second: dict[int, tuple[str, list[float]]] = {}
+    for key, row in keyed:
+        second = int(sent[key] - began)
+        if second not in by_second or row[-1] > by_second[second][1][-1]:
+            by_second[second] = (key, row)
+    worst = sorted(by_second.values(), key=lambda item: item[1][-1], reverse=True)[:count]
     return [
         {
             "at_s": round(sent[key] - began, 3),

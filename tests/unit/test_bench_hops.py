@@ -146,3 +146,10 @@ def test_p2_the_slowest_deliveries_are_listed_with_their_hops_and_second() -> No
         "http_ms": 0.5,
     }
     assert worst[1]["total_ms"] == 3.5
+    # a second with several slow deliveries shows its slowest once
+    sent["d7b"], received["d7b"] = sent["d7"] + 0.1, received["d7"] + 0.1
+    for _, times in points:
+        times["d7b"] = times["d7"] + 0.1  # a second delivery stalled alike in second 7
+    worst = hops.slowest(sent, points, received, began=1000.0, count=2)
+    assert worst[0]["at_s"] in (7.0, 7.1) and worst[0]["total_ms"] == 53.5
+    assert worst[1]["total_ms"] == 3.5 and int(worst[1]["at_s"]) != 7
