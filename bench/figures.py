@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from bench import hops
 from bench.summary import DATE_FORMAT, SUMMARY, SummaryError, git_output, record, repo_relative
 
 Figure = dict[str, Any]
@@ -102,7 +103,7 @@ def _hops_p99(result: dict[str, Any]) -> dict[str, Any]:
     found: dict[str, Any] = {}
     split = result.get("hop_medians") or {}
     own = split.get("hookstream") or {}
-    names = [key[: -len("_p99_ms")] for key in own if key.endswith("_p99_ms")]
+    names = hops.hop_names(own, "_p99_ms")
     if not names:
         return found
     found["hops"] = "/".join(names)

@@ -98,9 +98,15 @@ def slowest(
     ]
 
 
-def hop_names(figures: Mapping[str, object]) -> list[str]:
-    """The hops of a `split` result, in order."""
-    return [key[: -len("_p50_ms")] for key in figures if key.endswith("_p50_ms")]
+#: the hops in the order a delivery crosses them (a result file keeps its keys sorted)
+ORDER = ("append", "route", "produce", "dispatch", "http")
+
+
+def hop_names(figures: Mapping[str, object], suffix: str = "_p50_ms") -> list[str]:
+    """The hops of a `split` result (its keys ending in ``suffix``), in the order a delivery
+    crosses them."""
+    names = [key[: -len(suffix)] for key in figures if key.endswith(suffix)]
+    return sorted(names, key=lambda name: ORDER.index(name) if name in ORDER else len(ORDER))
 
 
 def _cell(value: float | None) -> str:
