@@ -126,7 +126,7 @@ def latency_phase(
         "worker_rss_mib": rig.worker.peak_rss() / 2**20,
         **per_delivery_us(cpu, len(latencies) / window_s),
         "began_at": began,
-        "timeline": timeline(sent, received, measured, began),
+        "timeline": _with_cpu(rig, timeline(sent, received, measured, began), began),
     }
     if not rig.config.floor:
         result["worker_gc"] = {"start": gc_at_start, "run": _minus(gc_pauses(rig), gc_at_start)}
@@ -184,6 +184,21 @@ def timeline(
         }
         for second, values in sorted(by_second.items())
     ]
+
+
+def _with_cpu(rig: Rig, seconds: list[dict[str, float]], began: float) -> list[dict[str, float]]:
+    """Each second of the timeline with the worker's, the broker's and the box's CPU in it (% of
+    one core; None where unknown): a stall beside a burst of CPU was the box, not Kafka."""
+    assert rig.worker is not None and rig.box is not None
+    for second in seconds:
+        start = began + second["second"]
+        for name, percent in (
+            ("worker_cpu", rig.worker.cpu_percent(start, start + 1)),
+            ("broker_cpu", rig.box.percent("broker", start, start + 1)),
+            ("box_cpu", rig.box.percent("box", start, start + 1)),
+        ):
+            second[name] = round(percent, 1) if percent is not None else float("nan")
+    return seconds
 
 
 def with_floor(run: dict[str, Any], floor: dict[str, Any], floor_first: bool) -> dict[str, Any]:
