@@ -140,7 +140,8 @@ def p2(result: dict[str, Any]) -> Figure | None:
         f"p50 <= {P2_P50_X:g}x and p99 <= {P2_P99_X:g}x the floor's; "
         f"no run's p99 over {P2_SPREAD:g}x the median run's"
     )
-    extra.update(_per_process(result["runs"], ("worker", "floor_relay", "broker", "publisher")))
+    processes = ("worker", "floor_relay", "broker", "floor_broker", "publisher")
+    extra.update(_per_process(result["runs"], processes))
     extra.update(_hops_p99(result))
     if floor_p50 and floor_p99:
         extra["p50_over_floor"] = round(med["p50_ms"] / floor_p50, 2)
