@@ -79,20 +79,26 @@ def _broker_pids() -> list[str]:
     return pids
 
 
+def listening_links(table: str, port: int) -> set[str]:
+    """``socket:[inode]`` links of the sockets listening on ``port`` in the text of
+    ``/proc/net/tcp`` or ``tcp6``: rows in state ``0A`` (LISTEN) with that local port."""
+    links: set[str] = set()
+    for row in table.splitlines()[1:]:
+        fields = row.split()
+        listening = len(fields) > 9 and fields[3] == "0A"
+        if listening and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            links.add(f"socket:[{fields[9]}]")
+    return links
+
+
 def listening_inodes(port: int) -> set[str]:
-    """``socket:[inode]`` links of the TCP sockets listening on ``port`` (IPv4 and IPv6):
-    rows of ``/proc/net/tcp``/``tcp6`` in state ``0A`` (LISTEN) with that local port."""
+    """`listening_links` of this machine's IPv4 and IPv6 TCP tables."""
     links: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
-            rows = Path(table).read_text().splitlines()[1:]
+            links |= listening_links(Path(table).read_text(), port)
         except OSError:
             continue
-        for row in rows:
-            fields = row.split()
-            listening = len(fields) > 9 and fields[3] == "0A"
-            if listening and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                links.add(f"socket:[{fields[9]}]")
     return links
 
 

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from bench.cpu import bootstrap_broker_pid, listening_pid, per_delivery_us
+from bench.cpu import bootstrap_broker_pid, listening_links, listening_pid, per_delivery_us
 
 
 def test_p1_the_broker_is_the_process_listening_on_the_bootstrap_port() -> None:
@@ -26,15 +26,32 @@ def test_p1_the_broker_is_the_process_listening_on_the_bootstrap_port() -> None:
     assert listening_pid(port) is None
 
 
-def test_p1_an_ipv6_listener_is_found_too() -> None:
-    if not socket.has_ipv6:
-        pytest.fail("this box has no IPv6 sockets; the local broker listens on one")
-    with socket.socket(socket.AF_INET6) as server:
-        server.bind(("::1", 0))
-        server.listen()
-        port = server.getsockname()[1]
-        assert listening_pid(port) == os.getpid()
-        assert bootstrap_broker_pid(f"[::1]:{port}") == os.getpid()
+_LOOPBACK6 = "0000000000000000FFFF00000100007F"  # ::ffff:127.0.0.1, as /proc/net/tcp6 has it
+
+
+def _row(n: int, local: str, remote: str, state: str, inode: int) -> str:
+    """One row of /proc/net/tcp6 (sl, local, remote, st, queues, timers, uid, timeout, inode)."""
+    queues = "00000000:00000000 00:00000000 00000000"
+    return f"   {n}: {local} {remote} {state} {queues}     0        0 {inode} 1 0"
+
+
+#: a broker listening on [::ffff:127.0.0.1]:9092 (0x2384) and :9093, one client connected
+_TCP6 = "\n".join(
+    [
+        "  sl  local_address remote_address st tx_queue rx_queue tr tm->when retrnsmt uid"
+        " timeout inode",
+        _row(0, f"{_LOOPBACK6}:2385", f"{'0' * 32}:0000", "0A", 4403626),
+        _row(1, f"{_LOOPBACK6}:2384", f"{'0' * 32}:0000", "0A", 4403981),
+        _row(2, f"{_LOOPBACK6}:2384", f"{_LOOPBACK6}:D431", "01", 4409999),
+    ]
+)
+
+
+def test_p1_an_ipv6_listener_is_read_from_the_tcp6_table() -> None:
+    # the broker's two listeners (9092, 9093) and one accepted connection on 9092
+    assert listening_links(_TCP6, 9092) == {"socket:[4403981]"}
+    assert listening_links(_TCP6, 9093) == {"socket:[4403626]"}
+    assert listening_links(_TCP6, 9094) == set()
 
 
 def test_p1_a_connected_socket_on_the_port_is_not_a_listener() -> None:
