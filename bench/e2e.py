@@ -17,6 +17,7 @@ are benchmarks.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -28,7 +29,7 @@ from typing import Any
 
 import uvloop
 
-from bench import hops, profile
+from bench import profile
 from bench.cpu import PROCESSES
 from bench.fanout import run_fanout
 from bench.figures import record_or_say
@@ -167,12 +168,6 @@ def _profiled_run(
     return {"collapsed_stacks": str(out), "seconds": seconds, "run": run, **summary}
 
 
-def _latency(args: argparse.Namespace, receiver: Nginx, work: Path) -> dict[str, Any]:
-    result = scenario_latency(args, receiver, work, rig_config, say)
-    say(hops.table(result["hop_medians"]))
-    return result
-
-
 def scenario_memory(args: argparse.Namespace, receiver: Nginx, work: Path) -> dict[str, Any]:
     runs = []
     for i in range(args.runs):
@@ -249,7 +244,7 @@ def scenario_smoke(args: argparse.Namespace, receiver: Nginx, work: Path) -> dic
 
 SCENARIO_FUNCS: dict[str, Callable[[argparse.Namespace, Nginx, Path], dict[str, Any]]] = {
     "throughput": scenario_throughput,
-    "latency": _latency,
+    "latency": functools.partial(scenario_latency, config=rig_config, say=say),
     "memory": scenario_memory,
     "smoke": scenario_smoke,
 }

@@ -239,7 +239,9 @@ def scenario_latency(
         runs.append(run)
         say(f"run {i + 1}: {run_line(run)}")
     medians = {key: median_of(runs, key) for key in LATENCY_KEYS}
-    return {"runs": runs, "medians": medians, "hop_medians": hop_medians(runs)}
+    split = hop_medians(runs)
+    say(hops.table(split))
+    return {"runs": runs, "medians": medians, "hop_medians": split}
 
 
 def hop_medians(runs: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
