@@ -17,6 +17,7 @@ are benchmarks.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -29,12 +30,14 @@ from typing import Any
 import uvloop
 
 from bench import profile
+from bench.cpu import PROCESSES
 from bench.fanout import run_fanout
 from bench.figures import record_or_say
 from bench.http_clients import measure
+from bench.latency import latency_phase, run_line, scenario_latency
 from bench.nginx import Nginx, nginx_receiver
 from bench.report import RESULTS_DIR, fmt, machine, median_of, raw_dir, write_json
-from bench.rig import Rig, RigConfig, latency_phase, throughput_phase
+from bench.rig import Rig, RigConfig, throughput_phase
 from streams.adapters.http import Transport
 from streams.adapters.ssrf import DELIVERY_CLIENTS
 from streams.settings import Settings
@@ -72,13 +75,17 @@ def ceiling(receiver: Nginx, seconds: float) -> float:
     return uvloop.run(measure(make, receiver.url, PER_HOST, seconds))
 
 
-def rig_config(args: argparse.Namespace, subscriptions: int, bulk: int = 0) -> RigConfig:
+def rig_config(
+    args: argparse.Namespace, subscriptions: int, bulk: int = 0, floor: bool = False
+) -> RigConfig:
     return RigConfig(
         bootstrap=args.bootstrap,
         subscriptions=subscriptions,
         bulk_subscriptions=bulk,
         concurrency=args.concurrency,
         batch_size=args.batch_size,
+        floor=floor,
+        append_times=args.scenario in ("latency", "smoke"),  # for the hop breakdown
     )
 
 
@@ -96,7 +103,7 @@ def scenario_throughput(args: argparse.Namespace, receiver: Nginx, work: Path) -
             f"run {i + 1}: {fmt(run.get('deliveries_per_s'))} deliveries/s "
             f"({run['delivered']}/{run['expected_deliveries']}), ceiling {fmt(raw)} req/s, "
             f"worker CPU {fmt(run.get('worker_cpu_percent'), '%')}, "
-            f"RSS {fmt(run.get('worker_rss_mib'), ' MiB')}; {_others(run)}"
+            f"RSS {fmt(run.get('worker_rss_mib'), ' MiB')}; {_others(run)}; {_per_delivery(run)}"
         )
     result: dict[str, Any] = {"runs": runs, "medians": _medians(runs, _THROUGHPUT_KEYS)}
     if args.profile:
@@ -114,17 +121,7 @@ _THROUGHPUT_KEYS = (
     "broker_cpu_percent",
     "nginx_cpu_percent",
     "box_cpu_percent",
-)
-_LATENCY_KEYS = (
-    "p50_ms",
-    "p95_ms",
-    "p99_ms",
-    "max_ms",
-    "worker_cpu_percent",
-    "worker_rss_mib",
-    "broker_cpu_percent",
-    "nginx_cpu_percent",
-    "box_cpu_percent",
+    *(f"{name}_us_per_delivery" for name, _ in PROCESSES),
 )
 
 
@@ -136,6 +133,13 @@ def _others(figures: dict[str, Any]) -> str:
         f"nginx {fmt(figures.get('nginx_cpu_percent'), '%')}, "
         f"box {fmt(figures.get('box_cpu_percent'), '%')} of {cores * 100}%"
     )
+
+
+def _per_delivery(figures: dict[str, Any]) -> str:
+    """Each process' CPU per delivery (`bench.cpu.per_delivery_us`)."""
+    names = [name for name, _ in PROCESSES]
+    values = "/".join(fmt(figures.get(f"{name}_us_per_delivery"), "", 0) for name in names)
+    return f"CPU per delivery {'/'.join(names)} {values} µs"
 
 
 def _medians(runs: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, float | None]:
@@ -164,21 +168,6 @@ def _profiled_run(
     return {"collapsed_stacks": str(out), "seconds": seconds, "run": run, **summary}
 
 
-def scenario_latency(args: argparse.Namespace, receiver: Nginx, work: Path) -> dict[str, Any]:
-    runs = []
-    for i in range(args.runs):
-        with Rig(rig_config(args, args.subs), receiver, work) as rig:
-            run = latency_phase(rig, args.rate, args.seconds, args.warmup)
-            runs.append(run)
-        say(
-            f"run {i + 1}: p50 {fmt(run['p50_ms'], ' ms', 1)}, p95 {fmt(run['p95_ms'], ' ms', 1)}"
-            f", p99 {fmt(run['p99_ms'], ' ms', 1)} ({run['delivered']}/{run['measured']}"
-            f" at {run['rate_published']:.0f}/s), worker CPU {fmt(run['worker_cpu_percent'], '%')}"
-            f"; {_others(run)}"
-        )
-    return {"runs": runs, "medians": _medians(runs, _LATENCY_KEYS)}
-
-
 def scenario_memory(args: argparse.Namespace, receiver: Nginx, work: Path) -> dict[str, Any]:
     runs = []
     for i in range(args.runs):
@@ -186,7 +175,7 @@ def scenario_memory(args: argparse.Namespace, receiver: Nginx, work: Path) -> di
         with Rig(rig_config(args, args.matching, bulk), receiver, work) as rig:
             assert rig.worker is not None
             ready_rss = rig.worker.last_rss() / 2**20
-            traffic = latency_phase(rig, args.rate, args.seconds, 0.0)
+            traffic = latency_phase(rig, args.rate, args.seconds, 0.0, split=False)
             run = {
                 "subscriptions": args.subscriptions,
                 "ready_s": rig.ready_s,
@@ -230,25 +219,32 @@ def scenario_smoke(args: argparse.Namespace, receiver: Nginx, work: Path) -> dic
             through = throughput_phase(rig, args.events)
             through["ceiling_rps"] = raw
             latency = latency_phase(rig, args.rate, args.seconds, args.warmup)
-            runs.append({"throughput": through, "latency": latency})
+        run: dict[str, Any] = {"throughput": through, "latency": latency}
+        if not args.no_floor:  # the floor relay through the same publisher and nginx
+            with Rig(rig_config(args, args.subs, floor=True), receiver, work) as rig:
+                run["floor"] = latency_phase(rig, args.rate, args.seconds, args.warmup)
+        runs.append(run)
         say(
             f"smoke: {fmt(through.get('deliveries_per_s'))} deliveries/s "
             f"({through['delivered']}/{through['expected_deliveries']}), ceiling {fmt(raw)}; "
-            f"latency p50 {fmt(latency['p50_ms'], ' ms', 1)} "
-            f"({latency['delivered']}/{latency['measured']})"
+            f"latency {run_line(latency)}"
         )
+        if "floor" in run:
+            say(f"smoke floor: {run_line(run['floor'])}")
     medians = {
         "deliveries_per_s": median_of([r["throughput"] for r in runs], "deliveries_per_s"),
         "ceiling_rps": median_of([r["throughput"] for r in runs], "ceiling_rps"),
         "p50_ms": median_of([r["latency"] for r in runs], "p50_ms"),
         "p99_ms": median_of([r["latency"] for r in runs], "p99_ms"),
     }
+    if not args.no_floor:
+        medians["floor_p50_ms"] = median_of([r["floor"] for r in runs], "p50_ms")
     return {"runs": runs, "medians": medians}
 
 
 SCENARIO_FUNCS: dict[str, Callable[[argparse.Namespace, Nginx, Path], dict[str, Any]]] = {
     "throughput": scenario_throughput,
-    "latency": scenario_latency,
+    "latency": functools.partial(scenario_latency, config=rig_config, say=say),
     "memory": scenario_memory,
     "smoke": scenario_smoke,
 }
@@ -270,7 +266,9 @@ def _row_figures(scenario: str, result: dict[str, Any]) -> tuple[str, str]:
         return (
             f"**p50 {fmt(med['p50_ms'], ' ms', 1)}, p95 {fmt(med['p95_ms'], ' ms', 1)}, "
             f"p99 {fmt(med['p99_ms'], ' ms', 1)}** at {result['config']['rate']:.0f} events/s; "
-            f"worker CPU {fmt(med['worker_cpu_percent'], '%')}; {_others(med)}",
+            f"floor p50 {fmt(med['floor_p50_ms'], ' ms', 1)}, p99 "
+            f"{fmt(med['floor_p99_ms'], ' ms', 1)}; worker CPU "
+            f"{fmt(med['worker_cpu_percent'], '%')}; {_others(med)}; {_per_delivery(med)}",
             "n/a",
         )
     if scenario == "memory":
@@ -288,17 +286,13 @@ def _row_figures(scenario: str, result: dict[str, Any]) -> tuple[str, str]:
             f"match {m[f'match_{small}']:.2f}/{m[f'match_{large}']:.2f} µs "
             f"(**ratio {result['match_ratio']:.2f}**); route {m[f'route_{small}']:.0f}/"
             f"{m[f'route_{large}']:.0f} µs/event (**ratio {result['route_ratio']:.2f}**), "
-            f"{small:,} vs {large:,} subscriptions, {args_matching(result)} matching",
+            f"{small:,} vs {large:,} subscriptions, {result['config']['matching']} matching",
             "n/a",
         )
     return (
         f"{fmt(med.get('deliveries_per_s'))} deliveries/s; p50 {fmt(med.get('p50_ms'), ' ms', 1)}",
         f"{fmt(med.get('ceiling_rps'))} req/s",
     )
-
-
-def args_matching(result: dict[str, Any]) -> int:
-    return int(result["config"]["matching"])
 
 
 # --- command line ---------------------------------------------------------------------------
@@ -318,6 +312,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=500, help="worker dispatch batch size")
     parser.add_argument("--ceiling-seconds", type=float, default=5.0)
     parser.add_argument("--profile", action="store_true", help="throughput: +1 run under py-spy")
+    parser.add_argument(
+        "--no-floor", action="store_true", help="latency/smoke: leave out the floor relay"
+    )
     parser.add_argument("--profile-seconds", type=float, default=15.0)
     parser.add_argument(
         "--bootstrap", default=os.environ.get("HOOKSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092")

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from bench import hops
 from bench.summary import DATE_FORMAT, SUMMARY, SummaryError, git_output, record, repo_relative
 
 Figure = dict[str, Any]
@@ -80,8 +81,38 @@ def p1(result: dict[str, Any]) -> Figure | None:
             "client_cpu_per_request_us": _rounded(client_us, 1),
             "box_cpu_per_delivery_us": _rounded(box_us),
             "multiple_runs": [round(m, 2) for m in multiples],
+            **_per_process(result["runs"], ("broker", "nginx", "publisher")),
         },
     }
+
+
+def _per_process(runs: list[dict[str, Any]], names: tuple[str, ...]) -> dict[str, float | None]:
+    """The median over the runs of each process' CPU per delivery (`bench.cpu.per_delivery_us`),
+    for the processes the runs measured (results from before it have none)."""
+    found: dict[str, float | None] = {}
+    for name in names:
+        values = [run.get(f"{name}_us_per_delivery") for run in runs]
+        known = [v for v in values if isinstance(v, int | float)]
+        if known:
+            found[f"{name}_cpu_per_delivery_us"] = _rounded(known)
+    return found
+
+
+def _hops_p99(result: dict[str, Any]) -> dict[str, Any]:
+    """Each hop's p99 (median of the runs), hookstream's and the floor's (`bench.latency`)."""
+    found: dict[str, Any] = {}
+    split = result.get("hop_medians") or {}
+    own = split.get("hookstream") or {}
+    names = hops.hop_names(own, "_p99_ms")
+    if not names:
+        return found
+    found["hops"] = "/".join(names)
+    for label, figures in (("hop", own), ("floor_hop", split.get("floor") or {})):
+        values = [figures.get(f"{name}_p99_ms") for name in names]
+        known = [round(v, 1) for v in values if isinstance(v, int | float)]
+        if len(known) == len(names):
+            found[f"{label}_p99_ms"] = known
+    return found
 
 
 def p2(result: dict[str, Any]) -> Figure | None:
@@ -109,6 +140,9 @@ def p2(result: dict[str, Any]) -> Figure | None:
         f"p50 <= {P2_P50_X:g}x and p99 <= {P2_P99_X:g}x the floor's; "
         f"no run's p99 over {P2_SPREAD:g}x the median run's"
     )
+    processes = ("worker", "floor_relay", "broker", "floor_broker", "publisher")
+    extra.update(_per_process(result["runs"], processes))
+    extra.update(_hops_p99(result))
     if floor_p50 and floor_p99:
         extra["p50_over_floor"] = round(med["p50_ms"] / floor_p50, 2)
         extra["p99_over_floor"] = round(med["p99_ms"] / floor_p99, 2)

@@ -1,5 +1,8 @@
 """A whole hookstream pipeline for one benchmark run: topics, subscriptions, a worker, nginx.
 
+With ``RigConfig(floor=True)`` the rig runs P2's floor relay (`bench.floor`) on the same topics
+in the worker's place, with no subscriptions, so the same phases measure it the same way.
+
 `Rig` applies topics.yaml under a prefix of its own (and a group id of its own), creates the
 subscriptions, starts ONE worker process and waits until a probe event has travelled all the way
 to nginx. Then the phases (`throughput_phase`, `latency_phase`) publish events from this process
@@ -20,18 +23,19 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from bench.cpu import BoxSampler
+from bench.cpu import BoxSampler, bootstrap_broker_pid, per_delivery_us
+from bench.floor import floor_command
 from bench.nginx import Nginx, free_port
-from bench.report import percentile
 from bench.worker import Worker
 from streams.adapters import codec
 from streams.adapters.ingest import encode_json_event
-from streams.adapters.kafka_admin import TopicAdmin, apply_topics, delete_topics
+from streams.adapters.kafka_admin import TopicAdmin, apply_topics, delete_topics, load_topology
 from streams.adapters.kafka_clients import make_producer
 from streams.adapters.secretbox import local_key
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import Event, Secret, Subscription
 from streams.domain.signing import generate_secret
+from streams.domain.topic_plan import ConfigAlter, ConfigChange
 from streams.services.subscriptions import create_subscription
 from streams.settings import Settings, load_settings
 
@@ -55,6 +59,13 @@ class RigConfig:
     # matching ones; they are not in `Rig.sub_ids` (the phases above never address them)
     extra_subscriptions: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     worker_env: Mapping[str, str] = field(default_factory=dict)  # more HOOKSTREAM_* settings
+    # run P2's floor relay (`bench.floor`) instead of a worker: no subscriptions, the same
+    # topics, and each event delivered once, labelled with its own id
+    floor: bool = False
+    # the broker stamps `events` and `routed` records with their append time (LogAppendTime),
+    # so a run can tell the Kafka hops apart (`bench.hops`); nothing in hookstream reads the
+    # timestamps of these two topics
+    append_times: bool = False
 
 
 def make_event(run: str, n: int, event_type: str = EVENT_TYPE) -> Event:
@@ -101,9 +112,11 @@ class Rig:
     def __enter__(self) -> Rig:
         apply_topics(self.settings)
         try:
+            if self.config.append_times:
+                stamp_appends(self.settings, ("events", "routed"))
             if self.config.bulk_subscriptions:
                 self._bulk_subscriptions(self.config.bulk_subscriptions)
-            for i in range(self.config.subscriptions):
+            for i in range(0 if self.config.floor else self.config.subscriptions):
                 data = {"tenant_id": TENANT, "url": self.receiver.url, "filters": ["order.*"]}
                 sub = create_subscription(self.settings, data, subscription_id=f"sub_bench_{i}")
                 self.sub_ids.append(sub.id)
@@ -112,8 +125,13 @@ class Rig:
                 self.extra_sub_ids.append(sub.id)
             began = time.monotonic()
             log = self.workdir / f"worker-{self.run_id}.log"
-            self.worker = Worker(self.settings, log, dict(self.config.worker_env))
-            self.box = BoxSampler(self.receiver.pid)
+            env = dict(self.config.worker_env)
+            if self.config.floor:
+                command = floor_command(self.receiver.url, self.floor_hops)
+                self.worker = Worker(self.settings, log, env, command)
+            else:
+                self.worker = Worker(self.settings, log, env)
+            self.box = BoxSampler(self.receiver.pid, bootstrap_broker_pid(self.config.bootstrap))
             self._wait_ready()
             self.ready_s = time.monotonic() - began
         except BaseException:
@@ -182,18 +200,26 @@ class Rig:
     def producer(self, **overrides: Any) -> Producer:
         return make_producer(self.settings, **{"linger.ms": 0, **overrides})
 
+    @property
+    def floor_hops(self) -> Path:
+        """Where the floor relay writes its hop times (`bench.floor`)."""
+        return self.settings.data_dir / "floor-hops.txt"
+
     def others_cpu(self, start: float, end: float) -> dict[str, float | None]:
-        """The broker's and nginx's CPU (% of one core) and the whole box's (% of one core,
-        summed over all cores) between two wall-clock times."""
+        """The broker's, nginx's and this process' (the publisher's) CPU (% of one core) and
+        the whole box's (% of one core, summed over all cores) between two wall-clock times."""
         box = self.box
         assert box is not None  # set on entering the rig, before any phase
         return {
             "broker_cpu_percent": box.percent("broker", start, end),
             "nginx_cpu_percent": box.percent("nginx", start, end),
+            "bench_cpu_percent": box.percent("bench", start, end),
             "box_cpu_percent": box.percent("box", start, end),
         }
 
     def delivery_ids(self, event: Event) -> list[str]:
+        if self.config.floor:
+            return [event.id]  # the floor labels each request with its event's id
         return [delivery_id(event.id, sub_id) for sub_id in self.sub_ids]
 
     def wait_delivered(self, ids: set[str], stall_s: float = 30.0) -> int:
@@ -213,6 +239,13 @@ class Rig:
         return len(ids) - len(pending)
 
 
+def stamp_appends(settings: Settings, names: tuple[str, ...]) -> None:
+    """Make the broker stamp these topics' records with their append time."""
+    topology = load_topology(settings)
+    change = (ConfigChange("message.timestamp.type", None, "LogAppendTime"),)
+    TopicAdmin(settings).alter_configs(ConfigAlter(topology.get(n), change) for n in names)
+
+
 def produce_event(producer: Producer, topic: str, event: Event) -> None:
     """Publish one event to the ingest topic as a producer would (JSON, keyed by tenant)."""
     _produce(producer, topic, event.tenant_id, _json(event), True)
@@ -222,11 +255,17 @@ def _json(event: Event) -> bytes:
     return encode_json_event(event)
 
 
-def _produce(producer: Producer, topic: str, key: str, value: bytes, json: bool = False) -> None:
+def _produce(
+    producer: Producer, topic: str, key: str, value: bytes, json: bool = False, **kwargs: Any
+) -> None:
     while True:
         try:
             producer.produce(
-                topic, key=key.encode(), value=value, headers=JSON_HEADERS if json else None
+                topic,
+                key=key.encode(),
+                value=value,
+                headers=JSON_HEADERS if json else None,
+                **kwargs,
             )
             return
         except BufferError:
@@ -280,6 +319,7 @@ def throughput_phase(rig: Rig, events: int) -> dict[str, Any]:
             **rig.others_cpu(start, end),
         }
     )
+    result.update(per_delivery_us(result, result["deliveries_per_s"]))
     return result
 
 
@@ -331,82 +371,3 @@ def _minus(
         }
         for gen in after
     }
-
-
-def latency_phase(rig: Rig, rate: float, seconds: float, warmup_s: float) -> dict[str, Any]:
-    """Publish at a fixed rate; publish-to-receive percentiles after the warm-up."""
-    assert rig.worker is not None
-    producer = rig.producer()
-    topic = rig.settings.topic("events")
-    tick = 0.01
-    sent: dict[str, float] = {}  # delivery id -> publish time (s)
-    measured: set[str] = set()
-    gc_at_start = gc_pauses(rig)  # the worker's start, and its first assignment
-    began = time.time()
-    ticks = int((seconds + warmup_s) / tick)
-    n = 0
-    for i in range(ticks):
-        due = began + i * tick
-        pause = due - time.time()
-        if pause > 0:
-            time.sleep(pause)
-        # as many as keep the total at rate x elapsed ticks: below 100/s most ticks send none
-        for _ in range(int(rate * (i + 1) * tick) - n):
-            event = make_event(rig.run_id + "lat", n)
-            n += 1
-            now = time.time()
-            _produce(producer, topic, TENANT, _json(event), True)
-            for key in rig.delivery_ids(event):
-                sent[key] = now
-                if now - began >= warmup_s:
-                    measured.add(key)
-        producer.poll(0)
-    _flush(producer)
-    elapsed = time.time() - began
-    rig.wait_delivered(set(sent))
-    gc_at_end = gc_pauses(rig)
-    received = rig.receiver.log.received
-    latencies = [(received[k] - sent[k]) * 1000 for k in measured if k in received]
-    window_end = max((received[k] for k in measured if k in received), default=time.time())
-    return {
-        "rate_target": rate,
-        "rate_published": n / max(elapsed, 1e-3),
-        "measured": len(measured),
-        "delivered": len(latencies),
-        "duplicates": rig.receiver.log.duplicates(sent),
-        "p50_ms": percentile(latencies, 50),
-        "p95_ms": percentile(latencies, 95),
-        "p99_ms": percentile(latencies, 99),
-        "max_ms": max(latencies, default=float("nan")),
-        "worker_cpu_percent": rig.worker.cpu_percent(began + warmup_s, window_end),
-        "worker_rss_mib": rig.worker.peak_rss() / 2**20,
-        **rig.others_cpu(began + warmup_s, window_end),
-        "worker_gc": {"start": gc_at_start, "run": _minus(gc_at_end, gc_at_start)},
-        "began_at": began,
-        "timeline": timeline(sent, received, measured, began),
-    }
-
-
-def timeline(
-    sent: Mapping[str, float], received: Mapping[str, float], keys: set[str], began: float
-) -> list[dict[str, float]]:
-    """Per second of publishing: how many were measured, and their p50/p99/max latency (ms).
-
-    A stall shows as a run of seconds whose latency climbs and then falls; a percentile over
-    the whole run cannot tell a stall from a steady queue."""
-    by_second: dict[int, list[float]] = {}
-    for key in keys:
-        if key in received:
-            by_second.setdefault(int(sent[key] - began), []).append(
-                (received[key] - sent[key]) * 1000
-            )
-    return [
-        {
-            "second": second,
-            "n": len(values),
-            "p50_ms": round(percentile(values, 50), 1),
-            "p99_ms": round(percentile(values, 99), 1),
-            "max_ms": round(max(values), 1),
-        }
-        for second, values in sorted(by_second.items())
-    ]

@@ -3,8 +3,8 @@
 `pipeline` starts what one run needs: a fresh nginx that logs each request's path (every
 subscription of a scenario has a URL path of its own) and a `Rig` with the scenario's
 subscriptions and worker settings. `stages` splits deliveries' latency at the points the
-pipeline records: the router's produce time of the `routed` record and the attempt's start in
-the ledger.
+pipeline records (`bench.hops`): the router's routing time of the `routed` record and the
+attempt's start in the ledger.
 
 A `Stream` is one producer's events: a tenant, a rate (events/s) and the (event type,
 subscription) pairs its events go to, taken in turn, so one stream can spread its events over
@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+
+from bench import hops
 from bench.nginx import Nginx, nginx_receiver
 from bench.report import percentile
 from bench.rig import Rig, RigConfig, produce_event
@@ -204,29 +207,42 @@ def max_in_fixed_windows(times: Iterable[float], window_s: float = 1.0) -> int:
     return max(counts.values(), default=0)
 
 
-def stages(rig: Rig, sent: dict[str, float]) -> dict[str, float]:
-    """Where the deliveries in ``sent`` spent their time, p50/p99 in ms of each step:
-    publish -> routed (the router produced the delivery), routed -> the attempt started (the
-    dispatcher's intake and flow control), the attempt started -> nginx logged it."""
+def stages(
+    rig: Rig, sent: Mapping[str, float], appended: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """Where the deliveries in ``sent`` spent their time (`bench.hops.split` of
+    `stage_points`)."""
+    return hops.split(sent, stage_points(rig, sent, appended), rig.receiver.log.received)
+
+
+def stage_points(
+    rig: Rig, sent: Mapping[str, float], appended: Mapping[str, float] | None = None
+) -> list[hops.Point]:
+    """The points the pipeline recorded for the deliveries in ``sent``, each hop named after
+    the point it ends at: ``route`` when the router routed the event
+    (``Delivery.routed_at``), ``dispatch`` when the attempt started (``Attempt.started_at`` in
+    the ledger: the routed record's linger, append and fetch, the dispatcher's intake and flow
+    control); `bench.hops` adds ``http``, when nginx logged the request. With ``appended``
+    (when the broker appended each event), ``append`` comes first; when ``routed`` is stamped
+    with its append time (`RigConfig.append_times`), ``produce`` ends there and ``dispatch``
+    starts there."""
     routed: dict[str, float] = {}
+    produced: dict[str, float] = {}
     for msg in scan(rig.settings, rig.settings.topic("routed")):
         delivery = codec.decode(Delivery, msg.value() or b"")
         if delivery.delivery_id in sent:
             routed[delivery.delivery_id] = delivery.routed_at / 1000
+            kind, stamp = msg.timestamp()
+            if kind == TIMESTAMP_LOG_APPEND_TIME:
+                produced[delivery.delivery_id] = stamp / 1000
     started: dict[str, float] = {}
     for msg in scan(rig.settings, rig.settings.topic("attempts")):
         attempt = codec.decode(Attempt, msg.value() or b"")
         if attempt.delivery_id in sent:
             started.setdefault(attempt.delivery_id, attempt.started_at / 1000)
-    received = rig.receiver.log.received
-    steps: dict[str, list[float]] = {"route": [], "dispatch": [], "http": []}
-    for key, at in sent.items():
-        if key in routed and key in started and key in received:
-            steps["route"].append((routed[key] - at) * 1000)
-            steps["dispatch"].append((started[key] - routed[key]) * 1000)
-            steps["http"].append((received[key] - started[key]) * 1000)
-    figures: dict[str, float] = {"split": len(steps["route"])}
-    for name, values in steps.items():
-        figures[f"{name}_p50_ms"] = percentile(values, 50)
-        figures[f"{name}_p99_ms"] = percentile(values, 99)
-    return figures
+    points: list[hops.Point] = [("append", appended)] if appended is not None else []
+    points.append(("route", routed))
+    if produced:
+        points.append(("produce", produced))
+    points.append(("dispatch", started))
+    return points

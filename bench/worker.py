@@ -63,15 +63,29 @@ def worker_env(settings: Settings, extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-class Worker:
-    """A running worker process and its resource samples."""
+#: How an operator starts a worker.
+WORKER_COMMAND = ("-m", "streams.cli", "worker")
 
-    def __init__(self, settings: Settings, log_path: Path, extra_env: dict[str, str]) -> None:
+
+class Worker:
+    """A running worker process and its resource samples.
+
+    ``command`` (the interpreter's arguments) runs another process the same way, configured by
+    the same ``HOOKSTREAM_*`` variables and sampled alike: the P2 floor relay (`bench.floor`).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        log_path: Path,
+        extra_env: dict[str, str],
+        command: tuple[str, ...] = WORKER_COMMAND,
+    ) -> None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         with log_path.open("wb") as log_file:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "streams.cli", "worker"],
+                [sys.executable, *command],
                 env=worker_env(settings, extra_env),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,

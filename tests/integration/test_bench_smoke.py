@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import hops
 from bench.cpu import local_broker_running
 from tests.conftest import REPO
 
@@ -56,6 +57,22 @@ def test_bench_smoke_produces_results(kafka_bootstrap: str, tmp_path: Path) -> N
     assert latency["box_cpu_percent"] > latency["worker_cpu_percent"]
     if local_broker_running():
         assert _positive(latency["broker_cpu_percent"])
+    # P2's floor relay ran through the same publisher and nginx, and every delivery of both
+    # is split into hops that add up to its latency (SPEC P2)
+    floor = run["floor"]
+    assert floor["delivered"] == floor["measured"] > 0
+    assert 0 < floor["p50_ms"] <= floor["p99_ms"] <= floor["max_ms"]
+    assert _positive(floor["worker_cpu_percent"])  # the relay's own process
+    hop_names = ["append", "route", "produce", "dispatch", "http"]
+    for side in (latency, floor):
+        split = side["hops"]
+        assert split["split"] == side["delivered"]
+        assert hops.hop_names(split) == hop_names
+    # per-process CPU per delivery: the bench's own process publishes
+    assert _positive(latency["worker_us_per_delivery"])
+    assert _positive(latency["publisher_us_per_delivery"])
+    if local_broker_running():
+        assert _positive(latency["broker_us_per_delivery"])
     assert all(_positive(v) for v in result["medians"].values())
     # --no-docs leaves the docs alone
     assert (docs.read_text() if docs.exists() else None) == docs_before
