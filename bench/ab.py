@@ -48,11 +48,16 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
 def per_delivery(run: dict[str, Any]) -> dict[str, float]:
     """The figures of one throughput run that the comparison uses."""
     rate = float(run["deliveries_per_s"])
-    return {
+    figures = {
         "worker_cpu_us_per_delivery": float(run["worker_cpu_percent"]) / 100 * 1e6 / rate,
         "deliveries_per_s": rate,
         "client_cpu_us_per_request": 1e6 / float(run["ceiling_rps"]),
     }
+    # the other processes' CPU per delivery (broker, nginx, box), where the revision reports it
+    for key, value in run.items():
+        if key.endswith("_us_per_delivery") and isinstance(value, int | float):
+            figures.setdefault(key, float(value))
+    return figures
 
 
 def one_run(tree: Path, out: Path, events: int) -> dict[str, float]:
@@ -81,7 +86,9 @@ def one_run(tree: Path, out: Path, events: int) -> dict[str, float]:
 
 
 def medians(runs: list[dict[str, float]]) -> dict[str, float]:
-    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    """The median of each figure that every run has."""
+    keys = [key for key in runs[0] if all(key in run for run in runs)]
+    return {key: statistics.median(run[key] for run in runs) for key in keys}
 
 
 def compare(before: str, after: str, runs: int, events: int, work: Path) -> dict[str, Any]:

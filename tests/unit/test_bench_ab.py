@@ -18,3 +18,18 @@ def test_h8_p1_cpu_per_delivery_is_the_workers_share_of_a_core_over_its_rate() -
 def test_h8_the_medians_are_taken_per_figure_across_runs() -> None:
     runs = [{"a": 3.0, "b": 10.0}, {"a": 1.0, "b": 30.0}, {"a": 2.0, "b": 20.0}]
     assert medians(runs) == {"a": 2.0, "b": 20.0}
+
+
+def test_p1_other_processes_cpu_per_delivery_is_kept_where_a_revision_reports_it() -> None:
+    run = {
+        "worker_cpu_percent": 100.0,
+        "deliveries_per_s": 1000.0,
+        "ceiling_rps": 10000.0,
+        "broker_us_per_delivery": 240.0,
+        "nginx_us_per_delivery": None,
+    }
+    figures = per_delivery(run)
+    assert figures["broker_us_per_delivery"] == 240.0
+    assert "nginx_us_per_delivery" not in figures, "unknown figures are left out"
+    older = per_delivery({k: v for k, v in run.items() if not k.endswith("_per_delivery")})
+    assert "broker_us_per_delivery" not in medians([figures, older]), "only what every run has"
