@@ -53,8 +53,8 @@ test-unit: install ## Run the unit tests only (no broker)
 bench: install kafka ## Run every benchmark (long); figures in bench/results/summary.json and docs/benchmarks.md
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.http_clients --seconds 5 --concurrency 8,64 --json bench/results/raw/http_clients.json
-	$(BIN)/python -m bench.e2e --scenario throughput --runs 3 --events 30000 --profile
-	$(BIN)/python -m bench.e2e --scenario latency --runs 3 --seconds 20 --rate 1000
+	$(BIN)/python -m bench.e2e --scenario throughput --runs 3 --events 30000 --profile --own-broker
+	$(BIN)/python -m bench.e2e --scenario latency --runs 3 --seconds 20 --rate 1000 --own-broker
 	$(BIN)/python -m bench.e2e --scenario memory --runs 1 --subscriptions 100000 --rate 50
 	$(BIN)/python -m bench.e2e --scenario fanout --runs 3
 	$(BIN)/python -m bench.flow --scenario f3 --runs 3

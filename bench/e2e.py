@@ -30,6 +30,7 @@ from typing import Any
 import uvloop
 
 from bench import profile
+from bench.broker import own_broker
 from bench.cpu import PROCESSES
 from bench.fanout import run_fanout
 from bench.figures import record_or_say
@@ -320,6 +321,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--bootstrap", default=os.environ.get("HOOKSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     )
     parser.add_argument("--start-kafka", action="store_true", help="start the local broker")
+    parser.add_argument(
+        "--own-broker",
+        action="store_true",
+        help="a broker of the run's own, on free ports, whose new data dir holds only the "
+        "bench's topics (P1, P2: its CPU and collections are the bench's alone)",
+    )
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument(
         "--no-docs", action="store_true", help="leave summary.json and docs/benchmarks.md alone"
@@ -360,7 +367,12 @@ def _start_kafka(bootstrap: str) -> Callable[[], None]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     load_before = list(os.getloadavg())
-    stop_kafka = _start_kafka(args.bootstrap) if args.start_kafka else (lambda: None)
+    if args.own_broker:
+        stop_kafka = own_broker(args, say)
+    elif args.start_kafka:
+        stop_kafka = _start_kafka(args.bootstrap)
+    else:
+        stop_kafka = lambda: None  # noqa: E731
     say(f"{args.scenario}: {os.cpu_count()} cores, load average {load_before[0]:.1f}")
     began = time.monotonic()
     try:
