@@ -398,6 +398,7 @@ class Dispatcher:
         last_commit = time.monotonic()
         try:
             while not stop.is_set():
+                self._tiers_held.apply(consumer)  # the consumer's calls stay on this side
                 self._intake.pace(consumer, partition_cap)
                 self._intake.shed_slow()
                 # commits go on while intake waits, so a full buffer does not hold them back
