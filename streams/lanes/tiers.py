@@ -156,5 +156,9 @@ class TierTimers:
             self._paused.discard(tp)
             self._resume.discard(tp)  # a revoked partition's pause was lifted on revoke
 
+    def paused(self) -> set[TP]:
+        """The tier partitions paused at the consumer now (a resume owed included)."""
+        return self._paused | self._resume
+
     def partitions(self) -> list[TP]:
         return list(self._timers)
