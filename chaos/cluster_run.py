@@ -6,11 +6,13 @@ Starts a three-node KRaft cluster of its own (replication 3, ``min.insync.replic
 `chaos.replicated`), three real ``hookstream worker`` processes and the receiver farm, then
 publishes ``--deliveries`` (event x matching subscription pairs) at ``--rate`` per second while
 it runs the faults in order, ``--gap`` seconds apart: ``--leader-kills`` times ``kill -9`` of
-the leader of a busy partition, a restart of the active controller, a rolling restart of the
-three brokers, a rolling restart of the three workers. Publishing goes on until both the
-deliveries are out and the faults are done. The run then waits until the pipeline has drained
-and audits every pair as `chaos.run` does (`chaos.audit`). Exit status 1 when a pair was lost,
-duplicates reached 1%, a fault failed or a worker exited by itself.
+the leader of a busy partition, ``--failover-worker-kills`` times a worker's ``kill -9`` while a
+killed node's partitions have no leader (`chaos.replicated`), a restart of the active
+controller, a rolling restart of the three brokers, a rolling restart of the three workers.
+Publishing goes on until both the deliveries are out and the faults are done. The run then
+waits until the pipeline has drained and audits every pair as `chaos.run` does
+(`chaos.audit`). Exit status 1 when a pair was lost, duplicates reached 1%, a fault failed or
+a worker exited by itself.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class ClusterChaosConfig:
     work_dir: Path
     jars_dir: Path
     leader_kills: int = 3
+    failover_worker_kills: int = 0  # `Faults.worker_kill_in_failover` steps, after the kills
     controller_restart: bool = True
     broker_rolling: bool = True
     worker_rolling: bool = True
@@ -60,6 +63,7 @@ class ClusterChaosConfig:
 
     def steps(self) -> list[str]:
         steps = ["leader_kill"] * self.leader_kills
+        steps += ["worker_kill_in_failover"] * self.failover_worker_kills
         steps += ["controller_restart"] if self.controller_restart else []
         steps += ["broker_rolling"] if self.broker_rolling else []
         steps += ["worker_rolling"] if self.worker_rolling else []
@@ -210,6 +214,7 @@ def _parse(argv: list[str] | None) -> tuple[ClusterChaosConfig, argparse.Namespa
     )
     parser.add_argument("--deliveries", type=int, default=50000)
     parser.add_argument("--leader-kills", type=int, default=3)
+    parser.add_argument("--failover-worker-kills", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rate", type=float, default=250.0, help="deliveries per second")
     parser.add_argument("--gap", type=float, default=20.0, help="seconds between faults")
@@ -226,6 +231,7 @@ def _parse(argv: list[str] | None) -> tuple[ClusterChaosConfig, argparse.Namespa
         work_dir=args.work_dir.resolve() / f"cluster-{args.seed}-{uuid.uuid4().hex[:6]}",
         jars_dir=(args.jars_dir or default_jars_dir()).resolve(),
         leader_kills=args.leader_kills,
+        failover_worker_kills=args.failover_worker_kills,
         rate=args.rate,
         gap_s=args.gap,
         drain_timeout_s=args.drain_timeout,

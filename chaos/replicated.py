@@ -8,6 +8,12 @@ faults of a cluster chaos run one after another and records each (SPEC Q1, D1):
 
 - ``leader_kill``: ``kill -9`` the leader of the busiest partition of a busy topic, time how
   long until another node leads it, start the node again and wait until it is back in sync;
+- ``worker_kill_in_failover``: ``kill -9`` a node that leads partitions of ``routed`` but does
+  not coordinate the router's group; while those partitions have no leader (records routed to
+  them wait unacknowledged in the workers' producers, and commits still reach the
+  coordinator), ``kill -9`` worker 0 and start it again. A worker that commits an event before
+  Kafka acknowledged its routed record loses it here (D1); `tests/integration/test_cluster.py`
+  shows that with such a worker;
 - ``controller_restart``: a clean restart of the active controller (the metadata quorum's
   leader), then wait until every partition is in sync;
 - ``broker_rolling``: restart every node, one after another, each once all partitions are in
@@ -24,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
 
 from chaos.cluster import Cluster, ClusterConfig
 from streams.adapters.kafka_clients import make_consumer, watermarks
@@ -34,6 +41,9 @@ BROKERS = 3
 #: Topics whose partition leaders a leader kill picks from, in turn: the ingest topic, the
 #: delivery lane and the attempt ledger carry the most records.
 BUSY_TOPICS = ("events", "routed", "attempts")
+#: How long ``worker_kill_in_failover`` waits after the node's kill before it kills the worker:
+#: well inside the 9 s the controller takes to fence the node (``broker.session.timeout.ms``).
+HOLD_S = 3.0
 
 
 class ReplicatedCluster(Cluster):
@@ -71,6 +81,13 @@ class ReplicatedCluster(Cluster):
                 super().supervise(elapsed_s)
             finally:
                 self.workers_lock.release()
+
+
+def group_coordinator(bootstrap: str, group: str) -> int:
+    """The node coordinating ``group`` now."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    described = admin.describe_consumer_groups([group], request_timeout=15)[group]
+    return int(described.result(timeout=20).coordinator.id)
 
 
 def busiest_partition(consumer: Consumer, topic: str) -> int:
@@ -148,6 +165,49 @@ class Faults:
             "partition": partition,
             "node": victim,
             "pid": pid,
+            "failover_s": round(failover_s, 1),
+            "back_in_sync_s": round(time.monotonic() - began, 1),
+        }
+
+    def worker_kill_in_failover(self) -> dict[str, Any]:
+        brokers = self.cluster.brokers
+        settings = self.cluster.settings
+        routed = settings.topic("routed")
+        coordinator = group_coordinator(brokers.bootstrap, f"{settings.group_id}-router")
+        consumer = make_consumer(settings, "chaos-faults")
+        try:
+            parts = sorted(watermarks(consumer, routed))
+        finally:
+            consumer.close()
+        leaders = {p: brokers.leader_of(routed, p) for p in parts}
+        candidates = [n for n in sorted(set(leaders.values())) if n != coordinator]
+        victim = max(candidates, key=lambda n: sum(1 for x in leaders.values() if x == n))
+        led = [p for p, n in leaders.items() if n == victim]
+        killed = time.monotonic()
+        pid = brokers.kill(victim)
+        time.sleep(HOLD_S)
+        worker = self.cluster.workers[0]
+        with self.cluster.workers_lock:
+            worker_pid = worker.proc.pid if worker.proc is not None else None
+            worker.kill()
+            while any(brokers.leader_of(routed, p) in (victim, -1) for p in led):
+                time.sleep(0.2)
+            failover_s = time.monotonic() - killed
+            # started once the node is fenced: a worker that starts while the first broker of
+            # its metadata is down and not yet fenced exits at start-up (Faust asks only that
+            # broker for the controller; docs/deployment.md), and its supervisor restarts it
+            worker.start()
+        worker.wait_ready(300)
+        began = time.monotonic()
+        brokers.start_node(victim)
+        brokers.wait_in_sync(None, brokers.ready_timeout)
+        return {
+            "node": victim,
+            "pid": pid,
+            "router_coordinator": coordinator,
+            "routed_partitions_led": led,
+            "worker_pid": worker_pid,
+            "worker_killed_after_s": HOLD_S,
             "failover_s": round(failover_s, 1),
             "back_in_sync_s": round(time.monotonic() - began, 1),
         }

@@ -7,7 +7,15 @@ exists on the broker (``-router``, ``-dispatch`` and any lane added later).
 partition the group consumes but never committed, or whose commit fell below the log start
 (retention deleted those records), counts from the log start, because hookstream's consumers
 start from the earliest record. Cost per measurement: one ListGroups, one DescribeGroups, one
-OffsetFetch per group and two ListOffsets requests (log start and end) for all partitions.
+Metadata, one OffsetFetch per group and two ListOffsets requests (log start and end) for all
+partitions.
+
+The committed offsets are read by a consumer of each group that never joins it, not by the
+admin API's ListConsumerGroupOffsets: librdkafka 2.x (2.16 included) answers a NOT_COORDINATOR
+error on that admin request (the group's coordinator moved, as it does whenever a broker of a
+cluster stops) by dereferencing the consumer group an admin client does not have, and the
+worker dies of SIGSEGV (confluentinc/librdkafka#5040; seen in the cluster chaos runs, Q1). A
+consumer has that group and looks the coordinator up again.
 
 **Time lag** per (group, topic) is the age of the oldest record the group has not committed:
 now minus the timestamp of the record at the committed offset, the largest over the topic's
@@ -33,12 +41,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import (
-    Consumer,
-    ConsumerGroupTopicPartitions,
-    KafkaException,
-    TopicPartition,
-)
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 # confluent-kafka re-exports these from private modules without listing them in __all__
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
@@ -55,8 +58,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 15.0
-#: librdkafka's value for "this partition has no committed offset".
-_NO_OFFSET = -1001
 
 TP = tuple[str, int]
 _EARLIEST = OffsetSpec.earliest()  # type: ignore[no-untyped-call]  # unannotated in the library
@@ -152,6 +153,7 @@ class LagReader:
         self._max_age_probes = max_age_probes
         self._age_timeout_s = age_timeout_s
         self._admin = self._new_admin()
+        self._offset_readers: dict[str, Consumer] = {}  # group -> a consumer that never joins
 
     def _new_admin(self) -> AdminClient:
         return AdminClient(
@@ -163,6 +165,7 @@ class LagReader:
         process (``rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0'``,
         confluentinc/librdkafka#4605) when an admin client whose group-coordinator requests
         timed out meets the next broker disconnect; a fresh client carries no such requests."""
+        self.close()
         self._admin = self._new_admin()
 
     def groups(self) -> list[str]:
@@ -174,11 +177,13 @@ class LagReader:
     def measure(self, groups: Sequence[str] | None = None, *, with_age: bool = True) -> LagReport:
         """Lag of ``groups`` (default: every group of this pipeline), with time lag if asked."""
         chosen = list(groups) if groups is not None else self.groups()
-        committed = {group: self._committed(group) for group in chosen}
+        metadata = self._metadata()
+        candidates = self._pipeline_partitions(metadata)
+        committed = {group: self._committed(group, candidates) for group in chosen}
         for group, tps in self._assigned(chosen).items():
             for tp in tps:
                 committed[group].setdefault(tp, None)
-        self._add_sibling_partitions(committed)
+        self._add_sibling_partitions(committed, metadata)
         wanted = {tp for offsets in committed.values() for tp in offsets}
         low = self._offsets(wanted, _EARLIEST)
         high = self._offsets(wanted, _LATEST)
@@ -194,17 +199,55 @@ class LagReader:
         return LagReport(taken_at=taken_at, partitions=tuple(parts))
 
     def close(self) -> None:
-        """Nothing to release today: the AdminClient closes with the reader. Kept for symmetry."""
+        """Close the groups' offset readers (the AdminClient closes with the reader)."""
+        readers, self._offset_readers = self._offset_readers, {}
+        for consumer in readers.values():
+            with contextlib.suppress(Exception):
+                consumer.close()
 
-    # --- the admin requests ---------------------------------------------------------------
-    def _committed(self, group: str) -> dict[TP, int | None]:
-        request = [ConsumerGroupTopicPartitions(group)]
-        futures = self._admin.list_consumer_group_offsets(request, request_timeout=10)
-        result = _wait(futures[group], f"the offsets of group {group}")
+    # --- the requests -----------------------------------------------------------------------
+    def _metadata(self) -> Any:
+        try:
+            return self._admin.list_topics(timeout=REQUEST_TIMEOUT_S)
+        except KafkaException as exc:
+            raise KafkaIOError(f"cannot read topic metadata: {exc}") from exc
+
+    def _pipeline_partitions(self, metadata: Any) -> list[TopicPartition]:
+        """Every partition of this pipeline's topics and of its Faust app's internal topics."""
+        prefixes = (self._settings.topic_prefix, f"{self._settings.group_id}-")
+        return [
+            TopicPartition(name, part)
+            for name, meta in sorted(metadata.topics.items())
+            if name.startswith(prefixes) and meta.error is None
+            for part in sorted(meta.partitions)
+        ]
+
+    def _offset_reader(self, group: str) -> Consumer:
+        consumer = self._offset_readers.get(group)
+        if consumer is None:
+            consumer = self._offset_readers[group] = Consumer(
+                {
+                    "bootstrap.servers": self._settings.kafka_bootstrap,
+                    "logger": LIBRDKAFKA_LOG,
+                    "group.id": group,  # only to ask its coordinator: it never subscribes
+                    "enable.auto.commit": False,
+                    "socket.timeout.ms": 10000,
+                }
+            )
+        return consumer
+
+    def _committed(self, group: str, candidates: list[TopicPartition]) -> dict[TP, int | None]:
+        """The offsets ``group`` committed, among ``candidates``."""
+        if not candidates:
+            return {}
+        try:
+            found = self._offset_reader(group).committed(candidates, timeout=REQUEST_TIMEOUT_S)
+        except KafkaException as exc:
+            raise KafkaIOError(f"cannot read the offsets of group {group}: {exc}") from exc
         return {
-            (tp.topic, tp.partition): None if tp.offset == _NO_OFFSET else tp.offset
-            for tp in result.topic_partitions or []
-            if tp.error is None
+            (tp.topic, tp.partition): tp.offset
+            for tp in found
+            if tp.error is None and tp.offset >= 0  # -1001: never committed
         }
 
     def _assigned(self, groups: list[str]) -> dict[str, set[TP]]:
@@ -223,15 +266,10 @@ class LagReader:
                     )
         return assigned
 
-    def _add_sibling_partitions(self, committed: dict[str, dict[TP, int | None]]) -> None:
+    def _add_sibling_partitions(
+        self, committed: dict[str, dict[TP, int | None]], metadata: Any
+    ) -> None:
         """A group that commits on some partitions of a topic consumes all of them."""
-        topics = {topic for offsets in committed.values() for topic, _ in offsets}
-        if not topics:
-            return
-        try:
-            metadata = self._admin.list_topics(timeout=REQUEST_TIMEOUT_S)
-        except KafkaException as exc:
-            raise KafkaIOError(f"cannot read topic metadata: {exc}") from exc
         for offsets in committed.values():
             for topic in {topic for topic, _ in offsets}:
                 meta = metadata.topics.get(topic)
@@ -342,6 +380,7 @@ class LagExporter:
                 self._reader.renew()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.interval_s)
+        await loop.run_in_executor(None, self._reader.close)
 
 
 def lag_component(app: faust.App, settings: Settings) -> None:

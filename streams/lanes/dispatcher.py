@@ -45,18 +45,13 @@ from streams.adapters.registry import SubscriptionRegistry
 from streams.domain.backoff import RetryPolicy
 from streams.domain.breaker import origin_of
 from streams.domain.dedup import RecentSuccesses
-from streams.domain.models import (
-    Delivery,
-    Lane,
-    Subscription,
-    SubscriptionStatus,
-)
+from streams.domain.models import Delivery, Lane, Subscription, SubscriptionStatus
 from streams.domain.offsets import OffsetTracker
 from streams.domain.ratelimit import rate_raised
 from streams.errors import DecodeError, HookstreamError
 from streams.lanes.breakers import FleetBreakers, routed_share, worker_id
 from streams.lanes.flow import FlowControl
-from streams.lanes.intake import PARTITION_SHARE, IntakePacer
+from streams.lanes.intake import PARTITION_SHARE, IntakePacer, serve_group_events
 from streams.lanes.outbox import Outbox
 from streams.lanes.recall import recall_successes, recallable
 from streams.lanes.sending import Sender
@@ -398,6 +393,7 @@ class Dispatcher:
         last_commit = time.monotonic()
         try:
             while not stop.is_set():
+                self._tiers_held.apply(consumer)  # the consumer's calls stay on this side
                 self._intake.pace(consumer, partition_cap)
                 self._intake.shed_slow()
                 # commits go on while intake waits, so a full buffer does not hold them back
@@ -431,6 +427,12 @@ class Dispatcher:
         except HookstreamError as exc:
             log.warning("commit failed, intake waits: %s", exc)
             await asyncio.sleep(0.5)
+            held = self._intake.paused | self._tiers_held.paused()
+            assert self._consumer is not None and self._reads is not None
+            serve = functools.partial(serve_group_events, self._consumer, held)
+            for msg in await self._reads.call(serve):  # a dropped member rejoins (D1)
+                if msg.error() is None:
+                    self._take(msg)
 
     async def _shutdown(self, consumer: Consumer, deadline_s: float = 20.0) -> None:
         """One deadline for in-flight attempts; then flush, commit and leave the group."""

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from streams import metrics
 from streams.lanes.flow import FlowControl
@@ -65,3 +65,24 @@ class IntakePacer:
         shed = self._flow.shed_slow(set(self.paused))
         if shed:
             log.info("deferred %d deliveries to slow endpoints out of paused partitions", shed)
+
+
+def serve_group_events(consumer: Consumer, held: set[TP], timeout_s: float = 0.1) -> list[Message]:
+    """One read that lets librdkafka deliver the group's events without taking new records.
+
+    A member the group went on without (its session expired while the coordinator moved:
+    commits fail with UNKNOWN_MEMBER_ID) only rejoins through a read, which hands it the
+    rebalance; a dispatcher at its cap of uncommitted deliveries reads nothing and would wait
+    for ever. Every assigned partition is paused for this one read, then those not in ``held``
+    (the dispatcher's own pauses) are resumed. On the lane's read thread. A record the read
+    still returns (from a partition assigned within it) is the caller's to take.
+    """
+    before = consumer.assignment()
+    consumer.pause(before)
+    try:
+        return consumer.consume(1, timeout_s)
+    finally:
+        now = {(p.topic, p.partition) for p in consumer.assignment()}
+        resume = [p for p in before if (p.topic, p.partition) in now - held]
+        if resume:
+            consumer.resume(resume)

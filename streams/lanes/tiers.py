@@ -2,7 +2,10 @@
 
 Records of a retry tier wait for their due time on an event-loop timer; a tier partition is
 paused while it holds `READ_AHEAD` of them (memory stays bounded, nothing polls) and resumed
-once half have fired. Some come back before their due time, on purpose: deferrals that only a
+once half have fired. Timers fire while the lane's read thread may be inside ``consume``, so a
+resume is only noted there and made by `apply`, which the dispatcher calls between two reads:
+the consumer is never used by two threads at once (librdkafka's Python binding does not
+promise that it may be). Some come back before their due time, on purpose: deferrals that only a
 since-raised rate limit held back (F1), and deliveries the breaker deferred, once it closes
 (F4). A retry waiting out its backoff keeps its time.
 """
@@ -49,6 +52,7 @@ class TierTimers:
         self._clock = clock
         self._timers: dict[TP, dict[int, _Waiting]] = {}
         self._paused: set[TP] = set()  # tier partitions waiting for their read-ahead to fire
+        self._resume: set[TP] = set()  # paused partitions to resume at the next `apply`
         self._raised: dict[str, int] = {}  # subscription -> when its rate limit last went up
         self._early: dict[str, float] = {}  # released by a breaker's close, still on its way
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -72,7 +76,12 @@ class TierTimers:
         handle = self._loop.call_later(wait, self._fire, tp, offset, delivery)
         pending[offset] = _Waiting(handle, delivery, deferred_ms)
         if len(pending) >= READ_AHEAD and tp not in self._paused:
-            self._consumer.pause([TopicPartition(tp[0], tp[1])])
+            # `schedule` runs between two reads (the dispatcher's `_take`): pause at once, unless
+            # the partition is still paused, its resume not made yet
+            if tp in self._resume:
+                self._resume.discard(tp)
+            else:
+                self._consumer.pause([TopicPartition(tp[0], tp[1])])
             self._paused.add(tp)
 
     def _due_by_raise(self, delivery: Delivery, deferred_ms: int, now_ms: int) -> bool:
@@ -126,9 +135,18 @@ class TierTimers:
         pending.pop(offset, None)
         if tp in self._paused and len(pending) <= READ_AHEAD // 2:
             self._paused.discard(tp)
-            if self._consumer is not None and self._assigned(tp):
-                self._consumer.resume([TopicPartition(tp[0], tp[1])])
+            self._resume.add(tp)  # made by `apply`, between two reads
         self._ready(tp, offset, delivery)
+
+    def apply(self, consumer: Consumer) -> None:
+        """Resume the tier partitions whose read-ahead has half fired. The dispatcher calls
+        this between two reads, when no other thread uses ``consumer``."""
+        if not self._resume:
+            return
+        resume = [TopicPartition(t, p) for t, p in self._resume if self._assigned((t, p))]
+        self._resume.clear()
+        if resume:
+            consumer.resume(resume)
 
     def cancel(self, tps: list[TP]) -> None:
         """Partitions were revoked (or the lane stops): drop what they hold."""
@@ -136,6 +154,11 @@ class TierTimers:
             for waiting in self._timers.pop(tp, {}).values():
                 waiting.handle.cancel()
             self._paused.discard(tp)
+            self._resume.discard(tp)  # a revoked partition's pause was lifted on revoke
+
+    def paused(self) -> set[TP]:
+        """The tier partitions paused at the consumer now (a resume owed included)."""
+        return self._paused | self._resume
 
     def partitions(self) -> list[TP]:
         return list(self._timers)

@@ -68,22 +68,30 @@ def check_stopped(settings: Settings, group_id: str) -> None:
         )
 
 
-def _committed(settings: Settings, group_id: str) -> dict[tuple[str, int], int]:
-    admin = _admin(settings)
-    request = [ConsumerGroupTopicPartitions(group_id)]
-    result = admin.list_consumer_group_offsets(request)[group_id].result(timeout=15)
-    return {
-        (tp.topic, tp.partition): tp.offset
-        for tp in result.topic_partitions or []
-        if tp.offset >= 0
-    }
+def _committed(settings: Settings, group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offsets, asked by a consumer of the group that never subscribes:
+    the admin API's ListConsumerGroupOffsets crashes librdkafka 2.x when the group's coordinator
+    moves meanwhile (confluentinc/librdkafka#5040, docs/deployment.md)."""
+    consumer = make_consumer(settings, group)
+    try:
+        asked = [
+            TopicPartition(topic, part)
+            for topic in group_topics(settings, group)
+            for part in watermarks(consumer, topic)
+        ]
+        found = consumer.committed(asked, timeout=15)
+    except KafkaException as exc:
+        name = group_name(settings, group)
+        raise HookstreamError(f"cannot read the offsets of {name}: {exc}") from exc
+    finally:
+        consumer.close()
+    return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
 
 
 def plan_reset(settings: Settings, group: str, to_ms: int) -> list[OffsetMove]:
     """Where each partition of the group's topics would go: the first offset at or after
     ``to_ms``, or the partition's end when nothing is that recent."""
-    group_id = group_name(settings, group)
-    current = _committed(settings, group_id)
+    current = _committed(settings, group)
     consumer = make_consumer(settings, f"{group}-reset-plan")
     moves: list[OffsetMove] = []
     try:
