@@ -73,7 +73,7 @@ bench-smoke: install kafka ## A short run of the benchmark harness (sane figures
 chaos: install kafka ## Q1 chaos run: 100k deliveries, kill -9 a worker every 10-30 s, one broker restart
 	$(BIN)/python -m chaos.run --deliveries 100000 --kills 12 --broker-restart --seed 7 --rate 400 --report chaos-report.json
 
-chaos-cluster: install ## Q1 on three brokers: 50k+ deliveries, 3 leader kill -9s, controller restart, rolling restarts
+chaos-cluster: install ## Q1 on three brokers: 50k+ deliveries, 3 leader kill -9s, a worker kill -9 during a failover, controller restart, rolling restarts
 	$(BIN)/python -m chaos.cluster_run --deliveries 50000 --leader-kills 3 --seed 7 --rate 150 --gap 15 --summary $(CHAOS_CLUSTER_ARGS)
 
 bench-cluster: install ## X4 on three brokers: 1/2/3 workers (ratio to one) and a worker's kill -9 failover
