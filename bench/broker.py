@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.nginx import free_port
+from chaos.cluster import free_port_pair
 
 #: Seconds of produce and fetch traffic through a fresh broker before a run measures on it.
 WARM_S = 45.0
@@ -33,7 +32,7 @@ def own_broker(args: argparse.Namespace, say: Callable[[str], None]) -> Callable
     from streams.adapters.local_kafka import LocalKafka
     from streams.settings import load_settings
 
-    port = _free_port_pair()
+    port = free_port_pair()
     data = Path(tempfile.mkdtemp(prefix="hookstream-bench-broker-"))
     jars = load_settings().kafka_dir / "jars"
     settings = load_settings(kafka_bootstrap=f"127.0.0.1:{port}", data_dir=data)
@@ -50,24 +49,6 @@ def own_broker(args: argparse.Namespace, say: Callable[[str], None]) -> Callable
         say("the run's own broker stopped and its data removed")
 
     return stop
-
-
-def _free_port_pair() -> int:
-    """A port p with p + 1 free too (the broker's client and controller listeners)."""
-    for _ in range(50):
-        port = free_port()
-        if port < 65535 and _port_free(port + 1):
-            return port
-    raise RuntimeError("no two adjacent free ports")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def warm(bootstrap: str, seconds: float) -> int:

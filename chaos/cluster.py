@@ -61,12 +61,13 @@ def free_port_pair() -> int:
     rng = random.SystemRandom()
     for _ in range(200):
         port = rng.randrange(*_PORT_RANGE)
-        if _free(port) and _free(port + 1):
+        if port_free(port) and port_free(port + 1):
             return port
     raise RuntimeError("no free pair of loopback ports")
 
 
-def _free(port: int) -> bool:
+def port_free(port: int) -> bool:
+    """Whether ``port`` can be bound on loopback now."""
     with socket.socket() as sock:
         try:
             sock.bind(("127.0.0.1", port))

@@ -22,7 +22,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import sys
 import time
 import uuid
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.audit import AuditReport, audit, expected_pairs, read_recorded
-from chaos.cluster import ClusterConfig, default_jars_dir, free_port_pair
+from chaos.cluster import ClusterConfig, default_jars_dir, free_port_pair, port_free
 from chaos.cluster_summary import record_summary
 from chaos.farm import ReceiverFarm
 from chaos.load import EventSource, Publisher, subscribe_all
@@ -74,20 +73,11 @@ def _say(message: str) -> None:
     print(f"[chaos-cluster {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def free_port_range(ports: int = 6) -> int:
     """A port p such that p .. p+ports-1 are all free on loopback now."""
     for _ in range(50):
         base = free_port_pair()
-        if base + ports < 65000 and all(_free(base + n) for n in range(ports)):
+        if base + ports < 65000 and all(port_free(base + n) for n in range(ports)):
             return base
     raise RuntimeError(f"no {ports} consecutive free loopback ports")
 
