@@ -40,14 +40,18 @@ def own_broker(args: argparse.Namespace, say: Callable[[str], None]) -> Callable
     started = kafka.start()
     args.bootstrap = started.bootstrap
     say(f"the run's own broker at {started.bootstrap} ({started.seconds:.1f}s), data in {data}")
-    records = warm(started.bootstrap, WARM_S)
-    say(f"broker warmed: {records:,} records produced and read back in {WARM_S:.0f}s")
 
     def stop() -> None:
         kafka.stop()
         shutil.rmtree(data, ignore_errors=True)
         say("the run's own broker stopped and its data removed")
 
+    try:
+        records = warm(started.bootstrap, WARM_S)
+    except BaseException:
+        stop()
+        raise
+    say(f"broker warmed: {records:,} records produced and read back in {WARM_S:.0f}s")
     return stop
 
 
@@ -57,13 +61,16 @@ def warm(bootstrap: str, seconds: float) -> int:
     Returns how many records went through."""
     import time
 
-    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     topic = "bench-warm-up"
-    AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, 12, 1)])[
-        topic
-    ].result(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # referenced until its answer
+    try:
+        admin.create_topics([NewTopic(topic, 12, 1)])[topic].result(30)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "acks": "all"})
     consumer = Consumer(
         {
