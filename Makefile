@@ -74,7 +74,7 @@ chaos: install kafka ## Q1 chaos run: 100k deliveries, kill -9 a worker every 10
 	$(BIN)/python -m chaos.run --deliveries 100000 --kills 12 --broker-restart --seed 7 --rate 400 --report chaos-report.json
 
 chaos-cluster: install ## Q1 on three brokers: 50k+ deliveries, 3 leader kill -9s, controller restart, rolling restarts
-	$(BIN)/python -m chaos.cluster_run --deliveries 50000 --leader-kills 3 --seed 7 --rate 150 --gap 15 --summary $(CHAOS_CLUSTER_ARGS)
+	$(BIN)/python -m chaos.cluster_run --deliveries 50000 --leader-kills 3 --seed 7 --rate 150 --gap 15 --recovery --summary $(CHAOS_CLUSTER_ARGS)
 
 bench-cluster: install ## X4 on three brokers: 1/2/3 workers (ratio to one) and a worker's kill -9 failover
 	$(BIN)/python -m bench.scaling_cluster --runs 3 --events 4000 --kills 3 $(BENCH_CLUSTER_ARGS)
