@@ -28,6 +28,7 @@ import socket
 import sys
 import time
 import uuid
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,10 @@ def run_cluster_chaos(config: ClusterChaosConfig) -> dict[str, Any]:
         found = audit(pairs, publisher.acked, recorded, tally.ok, tally.statuses, tally.unsigned)
         result = found.as_dict()
         result["duplicates_by_10s"] = _buckets(tally.duplicate_at, publish_began)
+        names = {sub.id: sub.name for sub in cluster.subscriptions}
+        result["lost_sample_subscriptions"] = dict(
+            Counter(names[pairs[did][1]] for did in found.lost_sample)
+        )
         recovery: dict[str, Any] | None = None
         if scenario is not None and down is not None:
             records = read_recovery_records(

@@ -70,6 +70,8 @@ class RecoveryReport:
     backfill_expected: int
     backfill_delivered: int
     backfill_missing_sample: list[str] = field(default_factory=list)
+    # pairs archived at or after the re-enable never answered 2xx: ms after the re-enable
+    undelivered_after_reenable_ms: list[int] = field(default_factory=list)
     error: str | None = None
 
     def checks(self) -> dict[str, bool]:
@@ -139,6 +141,12 @@ def audit_recovery(
             if at is not None and suspended_at <= at < reenabled_at:
                 expected.add(did)
     missing = sorted(did for did in expected if ok.get(did, 0) == 0)
+    late: list[int] = []
+    if reenabled_at is not None:
+        for did, event_id in pairs.items():
+            at = records.archived_at.get(event_id)
+            if at is not None and at >= reenabled_at and ok.get(did, 0) == 0:
+                late.append(at - reenabled_at)
     by_type: Counter[str] = Counter()
     for (kind, _id), n in posted.items():
         by_type[kind] += n
@@ -167,6 +175,7 @@ def audit_recovery(
         backfill_expected=len(expected),
         backfill_delivered=len(expected) - len(missing),
         backfill_missing_sample=missing[:SAMPLE],
+        undelivered_after_reenable_ms=sorted(late)[:SAMPLE],
         error=error,
     )
 

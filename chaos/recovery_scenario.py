@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from confluent_kafka import KafkaException
+
 from chaos.cluster import NO_SUSPENSION, Cluster
 from chaos.farm import ReceiverFarm
 from chaos.load import EVENT_TYPES, EventSource
@@ -48,6 +50,10 @@ from streams.services.recovery import ReenableResult, backfill_progress, reenabl
 from streams.services.subscriptions import create_subscription, load_registry
 
 TENANT = "recovery"
+#: What a call to Kafka may raise while a broker is away or the group coordinator moves: asked
+#: again. `backfill_progress` lets the client's own error through (a coordinator move during a
+#: rolling restart: ``NOT_COORDINATOR``); `timeline` counts those.
+KAFKA_BUSY = (HookstreamError, KafkaException)
 FAILING = frozenset({"gone", "missing"})  # the farm's paths that fail every delivery
 
 
@@ -138,6 +144,11 @@ class RecoveryScenario:
         self.timeline[step] = {"at_s": at, **detail} if detail else at
         self.say(f"recovery: {step} at {at}s {detail or ''}".rstrip())
 
+    def _busy(self, what: str, exc: BaseException) -> None:
+        errors = self.timeline.setdefault("kafka_errors", {})
+        seen = errors.setdefault(what, {"count": 0, "first": f"{type(exc).__name__}: {exc}"})
+        seen["count"] += 1
+
     def _bound(self) -> int:
         generated = self.source.generated
         return failing_bound(self.cluster.subscriptions, lambda t, e: generated.get((t, e), 0))
@@ -154,7 +165,7 @@ class RecoveryScenario:
             self.say(f"recovery scenario failed: {self.error}")
             try:
                 self._policy(NO_SUSPENSION, "policy_restored_after_error")
-            except HookstreamError as again:
+            except KAFKA_BUSY as again:
                 self.say(f"recovery: the policy could not be put back: {again}")
 
     def _policy(self, updates: dict[str, str], step: str, **detail: Any) -> None:
@@ -163,7 +174,8 @@ class RecoveryScenario:
                 set_policy(self.cluster.settings, updates)
                 self._mark(step, **updates, **detail)
                 return
-            except HookstreamError:
+            except KAFKA_BUSY as exc:
+                self._busy("set_policy", exc)
                 if attempt == 19:
                     raise
                 time.sleep(3)
@@ -188,8 +200,9 @@ class RecoveryScenario:
     def _status(self) -> Subscription | None:
         try:
             return load_registry(self.cluster.settings).get(self.sub.id)
-        except HookstreamError:
-            return None  # Kafka busy with a fault: ask again
+        except KAFKA_BUSY as exc:  # Kafka busy with a fault: ask again
+            self._busy("registry", exc)
+            return None
 
     def _suspend(self, threshold: int) -> None:
         deadline = time.monotonic() + self.plan.suspend_timeout_s
@@ -228,7 +241,7 @@ class RecoveryScenario:
                     self.timeline["reenable_problems"] = problems
                     return result
                 problems.append(f"probe failed: {result.probe.reason}")
-            except (ConflictError, HookstreamError) as exc:  # a fault, or a claim still held
+            except (ConflictError, *KAFKA_BUSY) as exc:  # a fault, or a claim still held
                 problems.append(f"{type(exc).__name__}: {exc}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"re-enable never succeeded: {problems[-3:]}")
@@ -248,7 +261,8 @@ class RecoveryScenario:
         while time.monotonic() < deadline:
             try:
                 progress = backfill_progress(self.cluster.settings, self.sub.id)
-            except HookstreamError:
+            except KAFKA_BUSY as exc:
+                self._busy("backfill_progress", exc)
                 progress = None
             if (
                 progress is not None

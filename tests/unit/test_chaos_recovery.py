@@ -131,6 +131,10 @@ def test_r2_a_missing_backfilled_delivery_fails() -> None:
     # outside the window and not parked: not the backfill's to deliver
     outside = audit_recovery(SUB, PAIRS, _records(), _ok(skip=delivery_id("e0", SUB)), POSTED)
     assert outside.checks()["recovery_backfill_delivered"] is True
+    assert outside.undelivered_after_reenable_ms == []
+    # archived at the re-enable and never delivered: named, for the main audit's lost pair
+    late = audit_recovery(SUB, PAIRS, _records(), _ok(skip=delivery_id("e4", SUB)), POSTED)
+    assert late.undelivered_after_reenable_ms == [0]
 
 
 def test_r2_an_unfinished_or_absent_backfill_fails() -> None:
