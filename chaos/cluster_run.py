@@ -9,6 +9,8 @@ it runs the faults in order, ``--gap`` seconds apart: ``--leader-kills`` times `
 the leader of a busy partition, ``--failover-worker-kills`` times a worker's ``kill -9`` while a
 killed node's partitions have no leader (`chaos.replicated`), a restart of the active
 controller, a rolling restart of the three brokers, a rolling restart of the three workers.
+With ``--recovery`` one more subscription is suspended under the faults and re-enabled before
+the rolling restarts, and its backfill audited (`chaos.recovery_scenario`, H3, H5, R2).
 Publishing goes on until both the deliveries are out and the faults are done. The run then
 waits until the pipeline has drained and audits every pair as `chaos.run` does
 (`chaos.audit`). Exit status 1 when a pair was lost, duplicates reached 1%, a fault failed or
@@ -25,6 +27,7 @@ import shutil
 import sys
 import time
 import uuid
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,8 @@ from chaos.cluster import ClusterConfig, default_jars_dir, free_port_pair, port_
 from chaos.cluster_summary import record_summary
 from chaos.farm import ReceiverFarm
 from chaos.load import EventSource, Publisher, subscribe_all
+from chaos.recovery_check import audit_recovery, overlapping, read_recovery_records
+from chaos.recovery_scenario import TENANT, RecoveryScenario, subscribe_down
 from chaos.replicated import Faults, ReplicatedCluster
 from chaos.run import DUPLICATE_TARGET, TICK_S
 from streams.adapters.lag import LagReader
@@ -59,6 +64,7 @@ class ClusterChaosConfig:
     quiet_s: float = 15.0
     drain_timeout_s: float = 900.0
     kafka_port: int = 0  # 0: any free port; the nodes take six from there
+    recovery: bool = False  # the recovery scenario (`chaos.recovery_scenario`)
 
     def steps(self) -> list[str]:
         steps = ["leader_kill"] * self.leader_kills
@@ -67,6 +73,12 @@ class ClusterChaosConfig:
         steps += ["broker_rolling"] if self.broker_rolling else []
         steps += ["worker_rolling"] if self.worker_rolling else []
         return steps
+
+    def before_rolling(self) -> int:
+        """How many fault steps come before the first rolling restart."""
+        steps = self.steps()
+        rolling = [n for n, step in enumerate(steps) if step.endswith("_rolling")]
+        return rolling[0] if rolling else len(steps)
 
 
 def _say(message: str) -> None:
@@ -88,13 +100,25 @@ def _lag(reader: LagReader) -> int:
 
 
 def _publish(
-    config: ClusterChaosConfig, cluster: ReplicatedCluster, publisher: Publisher, faults: Faults
+    config: ClusterChaosConfig,
+    cluster: ReplicatedCluster,
+    publisher: Publisher,
+    faults: Faults,
+    recovery: RecoveryScenario | None,
 ) -> float:
     began = time.monotonic()
     faults.start(began)
-    while publisher.deliveries < config.deliveries or faults.running:
-        # under load until the last fault is over, even past the requested deliveries
-        publisher.tick(sys.maxsize if faults.running else config.deliveries)
+    if recovery is not None:
+        recovery.start(began)
+    while (
+        publisher.deliveries < config.deliveries
+        or faults.running
+        or (recovery is not None and recovery.running)
+    ):
+        # under load until the last fault is over (and the re-enable is done), even past the
+        # requested deliveries
+        loaded = faults.running or (recovery is not None and recovery.wants_load)
+        publisher.tick(sys.maxsize if loaded else config.deliveries)
         cluster.supervise(time.monotonic() - began)
         time.sleep(TICK_S)
     faults.join()
@@ -121,8 +145,16 @@ def _drain(config: ClusterChaosConfig, cluster: ReplicatedCluster, farm: Receive
 def run_cluster_chaos(config: ClusterChaosConfig) -> dict[str, Any]:
     """The whole scenario; returns the report (see the module docstring)."""
     port = config.kafka_port or free_port_range()
+    # A backfill job asks the worker holding the subscription's dead letters for them, with the
+    # operator key every worker of a fleet shares (docs/api.md); without it, it waits until a
+    # rebalance brings that state to its own worker.
+    extra = {"admin_token": uuid.uuid4().hex} if config.recovery else {}
     cluster_config = ClusterConfig(
-        work_dir=config.work_dir, jars_dir=config.jars_dir, kafka_port=port, workers=config.workers
+        work_dir=config.work_dir,
+        jars_dir=config.jars_dir,
+        kafka_port=port,
+        workers=config.workers,
+        extra=extra,
     )
     rng = random.Random(config.seed)
     # a worker that dies of a signal leaves the Python stack of every thread in its log
@@ -132,13 +164,25 @@ def run_cluster_chaos(config: ClusterChaosConfig) -> dict[str, Any]:
         ReplicatedCluster(cluster_config, say=_say) as cluster,
     ):
         subscribe_all(cluster, farm, config.tenants)
+        down = subscribe_down(cluster, farm) if config.recovery else None
         cluster.start_workers(300.0)
         _say(f"{len(cluster.workers)} workers ready on {cluster.brokers.bootstrap}")
         source = EventSource(cluster, uuid.uuid4().hex[:6], rng)
         publisher = Publisher(cluster, source, config.rate)
         faults = Faults(cluster, config.steps(), config.gap_s, _say)
+        scenario = None
+        if down is not None:
+            cut = config.before_rolling()
+            scenario = RecoveryScenario(
+                cluster,
+                farm,
+                source,
+                down,
+                lambda: len(faults.records) >= cut or not faults.running,
+                _say,
+            )
         publish_began = time.time()
-        publish_s = _publish(config, cluster, publisher, faults)
+        publish_s = _publish(config, cluster, publisher, faults, scenario)
         _say(f"published {len(publisher.acked)} events ({publisher.deliveries} deliveries)")
         drain_began = time.monotonic()
         drained = _drain(config, cluster, farm)
@@ -150,6 +194,24 @@ def run_cluster_chaos(config: ClusterChaosConfig) -> dict[str, Any]:
         found = audit(pairs, publisher.acked, recorded, tally.ok, tally.statuses, tally.unsigned)
         result = found.as_dict()
         result["duplicates_by_10s"] = _buckets(tally.duplicate_at, publish_began)
+        names = {sub.id: sub.name for sub in cluster.subscriptions}
+        result["lost_sample_subscriptions"] = dict(
+            Counter(names[pairs[did][1]] for did in found.lost_sample)
+        )
+        recovery: dict[str, Any] | None = None
+        if scenario is not None and down is not None:
+            records = read_recovery_records(
+                cluster.settings, TENANT, down.id, recorded.dead_letters
+            )
+            mine = {did: event for did, (event, sub) in pairs.items() if sub == down.id}
+            found_recovery = audit_recovery(
+                down.id, mine, records, tally.ok, tally.notices, scenario.error
+            )
+            recovery = {
+                **found_recovery.as_dict(),
+                "timeline": scenario.timeline,
+                "faults_during_backfill": overlapping(faults.records, scenario.timeline),
+            }
         busy_s = publish_s + drain_s - (config.quiet_s if drained else 0)
         faults_done = faults.error is None and len(faults.records) == len(config.steps())
         return {
@@ -173,19 +235,34 @@ def run_cluster_chaos(config: ClusterChaosConfig) -> dict[str, Any]:
             "drained": drained,
             "throughput_deliveries_per_s": round(len(pairs) / busy_s, 1) if busy_s else 0,
             "audit": result,
-            "verdict": verdict(found, drained, faults_done, len(cluster.unexpected_exits)),
+            **({"recovery": recovery} if recovery is not None else {}),
+            "verdict": verdict(
+                found,
+                drained,
+                faults_done,
+                len(cluster.unexpected_exits),
+                None if recovery is None else recovery["checks"],
+            ),
         }
 
 
-def verdict(found: AuditReport, drained: bool, faults_done: bool, crashes: int) -> dict[str, bool]:
+def verdict(
+    found: AuditReport,
+    drained: bool,
+    faults_done: bool,
+    crashes: int,
+    recovery: dict[str, bool] | None = None,
+) -> dict[str, bool]:
     """Whether the run passed: nothing lost (D1), duplicates under 1% (Q1), every fault done,
-    the pipeline drained and no worker exited by itself."""
+    the pipeline drained, no worker exited by itself and, with the recovery scenario, its
+    checks (`chaos.recovery_check`: H3, H5, R2)."""
     checks = {
         "lost_is_zero": found.lost == 0,
         "duplicate_rate_under_1pct": found.duplicate_rate < DUPLICATE_TARGET,
         "faults_done": faults_done,
         "drained": drained,
         "no_worker_crashed": crashes == 0,
+        **(recovery or {}),
     }
     return {**checks, "passed": all(checks.values())}
 
@@ -214,6 +291,9 @@ def _parse(argv: list[str] | None) -> tuple[ClusterChaosConfig, argparse.Namespa
     parser.add_argument("--report", type=Path, default=None, help="default: chaos/results/")
     parser.add_argument("--summary", action="store_true", help="record Q1-cluster")
     parser.add_argument("--keep", action="store_true", help="keep the work dir afterwards")
+    parser.add_argument(
+        "--recovery", action="store_true", help="suspend, re-enable and backfill one subscription"
+    )
     args = parser.parse_args(argv)
     config = ClusterChaosConfig(
         deliveries=args.deliveries,
@@ -225,6 +305,7 @@ def _parse(argv: list[str] | None) -> tuple[ClusterChaosConfig, argparse.Namespa
         rate=args.rate,
         gap_s=args.gap,
         drain_timeout_s=args.drain_timeout,
+        recovery=args.recovery,
     )
     return config, args
 

@@ -5,7 +5,12 @@ served from one background thread. A path picks a behaviour:
 
 - ``/ok``: 200 at once; ``/slow``: 200 after 20 ms;
 - ``/flaky``: a quarter of the deliveries get 503 on their first attempt, then 200;
-- ``/gone``: 410 and ``/missing``: 404, which hookstream dead-letters (D5).
+- ``/gone``: 410 and ``/missing``: 404, which hookstream dead-letters (D5);
+- ``/down``: 503 until `ReceiverFarm.set_down` makes it healthy, then 200 (the endpoint of the
+  recovery scenario, `chaos.recovery_scenario`); its requests also count per ``webhook-id`` on
+  their own, so the run can see how many of its deliveries have failed for good;
+- ``/notify``: 200 to notification webhooks (H5); counted per notice type and notification id,
+  apart from the deliveries.
 
 For each ``webhook-id`` the farm counts requests and 2xx answers: the audit's view of what the
 endpoints received. It keeps counters only, never bodies, so a long run stays small.
@@ -20,9 +25,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+import orjson
 from aiohttp import web
 
-BEHAVIOURS = ("ok", "slow", "flaky", "gone", "missing")
+BEHAVIOURS = ("ok", "slow", "flaky", "gone", "missing", "down")
+NOTIFY = "notify"
 SLOW_S = 0.02
 
 
@@ -36,6 +43,8 @@ class FarmTally:
     unsigned: int = 0  # requests without a webhook-id or signature: should stay 0
     last_request_at: float = 0.0
     duplicate_at: list[float] = field(default_factory=list)  # when each extra 2xx came
+    down_requests: Counter[str] = field(default_factory=Counter)  # ``/down`` only, per id
+    notices: Counter[tuple[str, str]] = field(default_factory=Counter)  # (type, id) -> posts
 
 
 def flaky_fails_first(webhook_id: str) -> bool:
@@ -56,9 +65,10 @@ class ReceiverFarm:
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self._down = True
 
     def url(self, origin: int, behaviour: str) -> str:
-        if behaviour not in BEHAVIOURS:
+        if behaviour not in (*BEHAVIOURS, NOTIFY):
             raise ValueError(f"unknown behaviour {behaviour!r}")
         return f"http://127.0.0.1:{self.ports[origin % len(self.ports)]}/{behaviour}"
 
@@ -71,6 +81,21 @@ class ReceiverFarm:
                 self._tally.unsigned,
                 self._tally.last_request_at,
                 list(self._tally.duplicate_at),
+                Counter(self._tally.down_requests),
+                Counter(self._tally.notices),
+            )
+
+    def set_down(self, down: bool) -> None:
+        """``/down`` answers 503 while ``down``, 200 otherwise."""
+        with self._lock:
+            self._down = down
+
+    def down_exhausted(self, attempts: int) -> int:
+        """``/down`` deliveries asked ``attempts`` times or more and never answered 2xx."""
+        with self._lock:
+            tally = self._tally
+            return sum(
+                1 for wid, n in tally.down_requests.items() if n >= attempts and not tally.ok[wid]
             )
 
     def last_request_at(self) -> float:
@@ -130,15 +155,20 @@ class ReceiverFarm:
         await runner.cleanup()
 
     async def _handle(self, request: web.Request) -> web.Response:
-        await request.read()
+        body = await request.read()
         webhook_id = request.headers.get("webhook-id", "")
         behaviour = request.match_info["behaviour"]
+        if behaviour == NOTIFY:
+            return self._notice(body, webhook_id)
         with self._lock:
             self._tally.requests[webhook_id] += 1
             seen = self._tally.requests[webhook_id]
             if not webhook_id or "webhook-signature" not in request.headers:
                 self._tally.unsigned += 1
-        status = _status(behaviour, webhook_id, seen)
+            if behaviour == "down":
+                self._tally.down_requests[webhook_id] += 1
+            down = self._down
+        status = 503 if behaviour == "down" and down else _status(behaviour, webhook_id, seen)
         if behaviour == "slow":
             await asyncio.sleep(SLOW_S)
         with self._lock:
@@ -149,6 +179,15 @@ class ReceiverFarm:
                 if self._tally.ok[webhook_id] > 1:
                     self._tally.duplicate_at.append(now)
         return web.Response(status=status, text="ok" if status < 300 else "no")
+
+    def _notice(self, body: bytes, webhook_id: str) -> web.Response:
+        try:
+            kind = str(orjson.loads(body).get("type", "?"))
+        except (orjson.JSONDecodeError, AttributeError):
+            kind = "?"
+        with self._lock:
+            self._tally.notices[(kind, webhook_id)] += 1
+        return web.Response(status=200, text="ok")
 
 
 def _status(behaviour: str, webhook_id: str, seen: int) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,6 +64,7 @@ class EventSource:
             for etype in EVENT_TYPES
         }
         self._n = 0
+        self.generated: Counter[tuple[str, str]] = Counter()  # (tenant, type) -> events made
 
     def __iter__(self) -> Iterator[tuple[Event, int]]:
         return self
@@ -80,6 +82,7 @@ class EventSource:
             published_at=now,
         )
         self._n += 1
+        self.generated[(tenant, etype)] += 1
         return event, self._fanout[(tenant, etype)]
 
 
