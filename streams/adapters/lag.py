@@ -156,9 +156,12 @@ class LagReader:
         self._offset_readers: dict[str, Consumer] = {}  # group -> a consumer that never joins
 
     def _new_admin(self) -> AdminClient:
-        return AdminClient(
-            {"bootstrap.servers": self._settings.kafka_bootstrap, "socket.timeout.ms": 10000}
-        )
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self._settings.kafka_bootstrap,
+            "socket.timeout.ms": 10000,
+            "logger": LIBRDKAFKA_LOG,  # X2: through Python logging, never raw on stderr
+        }
+        return AdminClient(conf)
 
     def renew(self) -> None:
         """Replace the AdminClient after a failed measurement. librdkafka 2.x can abort the

@@ -18,12 +18,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from streams.adapters.kafka_admin import TopicAdmin, apply_topics
+from streams.adapters.kafka_clients import LIBRDKAFKA_LOG
 from streams.adapters.local_kafka import LocalKafka
 from streams.adapters.secretbox import KEY_FILE, local_key
 from streams.demo.receivers import DemoReceivers, Endpoint
@@ -136,7 +138,9 @@ def delete_demo_groups(settings: Settings, timeout_s: float) -> None:
     gone. ``GROUP_ID_NOT_FOUND`` counts as gone; anything else still failing at the deadline
     stops the demo with the error.
     """
-    client = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    # librdkafka's own log lines through Python logging, never raw on the terminal (X2)
+    conf: dict[str, Any] = {"bootstrap.servers": settings.kafka_bootstrap, "logger": LIBRDKAFKA_LOG}
+    client = AdminClient(conf)
     deadline = time.monotonic() + timeout_s
     while True:
         listing = client.list_consumer_groups(request_timeout=15).result()

@@ -13,12 +13,13 @@ must be stopped first (`ConflictError` names the members otherwise).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from streams.adapters.kafka_admin import load_topology
-from streams.adapters.kafka_clients import make_consumer, watermarks
+from streams.adapters.kafka_clients import LIBRDKAFKA_LOG, make_consumer, watermarks
 from streams.domain.dedup import RESET_MARK
 from streams.errors import ConflictError, HookstreamError, ValidationError
 from streams.settings import Settings
@@ -49,7 +50,8 @@ def group_topics(settings: Settings, group: str) -> list[str]:
 
 
 def _admin(settings: Settings) -> AdminClient:
-    return AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    conf: dict[str, Any] = {"bootstrap.servers": settings.kafka_bootstrap, "logger": LIBRDKAFKA_LOG}
+    return AdminClient(conf)  # librdkafka's log lines through Python logging (X2)
 
 
 def check_stopped(settings: Settings, group_id: str) -> None:

@@ -65,9 +65,6 @@ AFTER_TRIP_ATTEMPTS = 50
 PROPAGATION_MS = 50
 #: Clock readings of the receiver and the workers (one machine) may differ by scheduling.
 SLACK_S = 0.05
-#: Requests the receiver logs outside probe windows though the ledger says they were sent inside
-#: one, or within the bound after the trip: the test's receiver thread logging them late.
-STRAY_LOGGED_MAX = 5
 
 
 def _ids_per_partition(prefix: str) -> list[str]:
@@ -271,10 +268,11 @@ def test_h8_three_workers_share_one_breaker_per_origin_across_kill_9_and_recover
         ]
         stray = _outside_windows(stray_sent, applied, 0.0)
         assert stray == [], f"attempts sent to the open origin outside probe windows: {stray}"
-        # on the receiver's clock, allow for that logging delay (and print what it saw)
+        # the receiver's clock only for the record: CI once logged 13 requests in one
+        # millisecond outside the windows while the ledger above showed every one of them sent
+        # inside a window, so a bound on these would test the test's own receiver thread
         logged = [t for t in _outside_probes(after_trip, applied) if t > trip_at + AFTER_TRIP_S]
         print(f"H8: {len(logged)} requests logged outside probe windows after the trip: {logged}")
-        assert len(logged) <= STRAY_LOGGED_MAX, "the open origin got more than one small burst"
         # attempts started after the trip, from the ledger (those already in flight when it
         # tripped arrive after it too, but were sent before it)
         first_claim = next(r for r in applied if r.state is BreakerState.HALF_OPEN)
