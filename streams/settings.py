@@ -32,6 +32,7 @@ DURATION_FIELDS: Final = (
     "dedup_window",
     "default_timeout",
     "archive_retention",
+    "reenable_settle",
     "breaker_window",
     "breaker_cooldown",
     "breaker_max_cooldown",
@@ -261,6 +262,12 @@ class Settings(BaseSettings):
     archive_retention: Annotated[float, NoDecode] = Field(
         7 * 86400.0, description="How far back backfills and replays reach (default 7d)."
     )
+    reenable_settle: Annotated[float, NoDecode] = Field(
+        10.0,
+        description="How far past a re-enable its backfill reaches (R2), for every worker to "
+        "see the active version: events a lagging router skipped and retries a lagging "
+        "dispatcher parked meanwhile are backfilled; the backfill starts after it (0 to 5m).",
+    )
 
     # --- Circuit breaker (H7), per endpoint origin in each worker -----------------------------
     breaker_failures: int = Field(
@@ -354,6 +361,8 @@ class Settings(BaseSettings):
             raise ValueError("breaker_max_cooldown must be at least breaker_cooldown")
         if self.recovery_max_rate < self.recovery_start_rate:
             raise ValueError("recovery_max_rate must be at least recovery_start_rate")
+        if not 0 <= self.reenable_settle <= 300:
+            raise ValueError("reenable_settle must be within [0, 5m]")
         if self.recovery_step <= 0 or self.recovery_probe_bound <= 0:
             raise ValueError("recovery_step and recovery_probe_bound must be above zero")
         return self

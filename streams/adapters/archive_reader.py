@@ -32,6 +32,7 @@ class ArchivedRecord:
     partition: int
     offset: int
     event: Event | None
+    at_ms: int = 0  # the record's timestamp: when the router archived it
 
 
 class ArchiveReader:
@@ -101,7 +102,7 @@ class ArchiveReader:
                     event = codec.decode(Event, msg.value() or b"")
                 except DecodeError:
                     event = None
-            out.append(ArchivedRecord(part, offset, event))
+            out.append(ArchivedRecord(part, offset, event, msg.timestamp()[1]))
         return out
 
     def read(

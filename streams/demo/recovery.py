@@ -129,7 +129,8 @@ async def run_scenario(settings: Settings, say: Callable[[str], None]) -> bool:
         endpoint.behaviour = "ok"
         result = await recovery.reenable(settings, sub.id, transport)
         say(f"4. endpoint fixed; re-enable: probe {result.probe.outcome}, backfill "
-            f"{result.job_id} at {RATE:g}/s")  # fmt: skip
+            f"{result.job_id} at {RATE:g}/s, from {settings.reenable_settle:g}s on (the "
+            "workers take the active version meanwhile)")  # fmt: skip
         began = time.monotonic()
         wanted = {delivery_id(e.id, sub.id) for e in missed}
         await _until(lambda: wanted <= endpoint.delivered, 120, "the backfill")

@@ -7,9 +7,10 @@ again; a router that crashed before committing puts a second copy of some delive
 
 `RecentSuccesses` holds the ids of successful deliveries for ``window_s`` seconds: those the
 worker settled itself and those read back from the tail of the ledger when it was assigned
-partitions. The dispatcher settles a live delivery or a retry whose id is here without sending
-it again. Replays, tests and probes are always sent: a person asked for them, and so is what an
-offset reset rewinds (`RESET_MARK`).
+partitions. The dispatcher settles a live delivery, a retry or a backfilled one whose id is
+here without sending it again (a backfill's settle time after a re-enable overlaps the live
+path, R2). Replays, tests and probes are always sent: a person asked for them, and so is what
+an offset reset rewinds (`RESET_MARK`).
 
 It is a bound on duplicates, not a guarantee of exactly-once: a success whose ledger record did
 not reach Kafka before a crash (kill -9 with records still in the producer's queue) is not

@@ -119,11 +119,17 @@ def retention_start(now_ms: int, retention_s: float) -> int:
     return now_ms - round(retention_s * 1000)
 
 
-def backfill_window(suspended_at: int | None, reenabled_at: int, retention_s: float) -> Window:
-    """R2: from suspended_at (or the oldest retained moment) up to the re-enable."""
+def backfill_window(
+    suspended_at: int | None, reenabled_at: int, retention_s: float, settle_ms: int = 0
+) -> Window:
+    """R2: from suspended_at (or the oldest retained moment) up to ``settle_ms`` past the
+    re-enable. Until every worker's registry has the active version, a router may still skip
+    the subscription and a dispatcher may still park its retries: the settle time covers them.
+    What the live path delivered in it is not sent again (`overlaps_live`)."""
     oldest = retention_start(reenabled_at, retention_s)
     start = oldest if suspended_at is None else max(suspended_at, oldest)
-    return Window(start, reenabled_at, clipped=suspended_at is None or suspended_at < oldest)
+    clipped = suspended_at is None or suspended_at < oldest
+    return Window(start, reenabled_at + max(0, settle_ms), clipped=clipped)
 
 
 def replay_window(since_ms: int, until_ms: int, now_ms: int, retention_s: float) -> Window:
@@ -230,6 +236,21 @@ class Job:
     @property
     def reads_dlq(self) -> bool:
         return self.dlq_window is not None
+
+    @property
+    def writes_after_ms(self) -> int:
+        """A backfill's windows reach past its re-enable (`backfill_window`): it plans and
+        writes only once they have ended (R2). Replays cover the past only: 0."""
+        if self.kind is not JobKind.BACKFILL:
+            return 0
+        return max(self.until_ms or 0, self.dlq_until_ms or 0)
+
+    def overlaps_live(self, archived_at_ms: int, attempts: int) -> bool:
+        """R2: an event archived once the subscription was active again that the live path
+        already attempted. A backfill leaves it to the live path (its retries, its dead letter)
+        instead of starting a second chain of attempts with the same webhook-id."""
+        live = archived_at_ms >= self.requested_at
+        return self.kind is JobKind.BACKFILL and live and attempts > 0
 
     def to_json(self) -> str:
         values = {f: getattr(self, f) for f in self.__dataclass_fields__}

@@ -68,9 +68,12 @@ REVOKE_GRACE_S = 10.0
 # instead of attempted while the subscription is suspended or disabled: the live lane's
 # deliveries already in flight finish (H4); waiting retries and backfills do not go out.
 PARKED_LANES = frozenset({Lane.RETRY, Lane.BACKFILL, Lane.REPLAY})
-# Lanes whose deliveries are settled without an attempt when they already succeeded (Q1):
-# copies replayed after a crash or rebalance. Replays, backfills, probes and tests always go.
-DEDUPED_LANES = frozenset({Lane.LIVE, Lane.RETRY})
+# Lanes whose deliveries are settled without an attempt when they already succeeded or are
+# under way here (Q1): copies replayed after a crash or rebalance, and a backfill's copies of
+# what the live path delivered in the settle time after a re-enable (R2). A backfill is what a
+# suspension kept from the endpoint, not a request to send again. Replays (a person asked for
+# them), probes and tests always go.
+DEDUPED_LANES = frozenset({Lane.LIVE, Lane.RETRY, Lane.BACKFILL})
 # At most this many deliveries settled but not committed: while commits fail (the broker is
 # away), the lane stops taking new work instead of delivering what it cannot record.
 UNCOMMITTED_CAP_PER_SLOT = 4

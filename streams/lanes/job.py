@@ -2,10 +2,14 @@
 
 `JobRun` is the body of a job for `streams.lanes.backfill.BackfillRunner`. It waits until the
 worker's registry shows the subscription version the job was made for (so the dispatcher does
-not park its records as if the subscription were still suspended), fixes the job's ranges and
-total on its first run, then writes each selected delivery to the `backfill` topic at the job's
-pace, checkpointing its progress about once a second. Dead letters selected by the job are
-written first; an archived event whose delivery was among them is not written twice.
+not park its records as if the subscription were still suspended) and until its windows have
+ended (a re-enable's reach `reenable_settle` past it, R2), fixes the job's ranges and total on
+its first run, then writes each selected delivery to the `backfill` topic at the job's pace,
+checkpointing its progress about once a second. Dead letters selected by the job are written
+first; an archived event whose delivery was among them is not written twice, nor is one
+archived after the re-enable that the live path already attempted (`Job.overlaps_live`): it is
+counted done. The dispatcher settles a backfilled copy of a delivery that just succeeded
+without sending it (its dedup of recent successes, Q1).
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ log = logging.getLogger(__name__)
 VERSION_WAIT_S = 30.0
 #: A pause before the first record, so every worker's registry has the new version too.
 START_GRACE_S = 1.0
+#: How long after a window's end its records are read: the routers' archive records of its
+#: last moments are acknowledged by then (their producers linger for milliseconds).
+WINDOW_SLACK_S = 2.0
 CHECKPOINT_EVERY_S = 1.0
 #: How long a job waits for the ledger state of its subscription while partitions move.
 LEDGER_WAIT_S = 300.0
@@ -87,6 +94,7 @@ class JobRun:
         if sub is None:
             self.progress.state = JobState.ABORTED
             return
+        await self._windows_ended()
         letters = await self._letters(sub)
         self._dlq_ids = {d.delivery.delivery_id for d in letters if d.delivery is not None}
         reader = ArchiveReader(self._settings)
@@ -112,6 +120,13 @@ class JobRun:
             if time.monotonic() > deadline:
                 return sub  # a newer write may have replaced it; deleted: None
             await asyncio.sleep(0.1)
+
+    async def _windows_ended(self) -> None:
+        """Wait until the job's windows are over and what was archived or parked in them is on
+        Kafka: a re-enable's backfill reaches past its own time (`reenable_settle`)."""
+        end_s = self.job.writes_after_ms / 1000 + WINDOW_SLACK_S
+        while (left := end_s - self._clock()) > 0:
+            await self._sleep(min(left, 1.0))
 
     async def _letters(self, sub: Subscription) -> list[DeadLetter]:
         """The job's dead letters: one per delivery, with its lifetime attempt count (R3)."""
@@ -173,9 +188,12 @@ class JobRun:
                 if event is not None and selects(sub, event) and event.id not in self._seen:
                     self._seen.add(event.id)
                     key = delivery_id(event.id, sub.id)
-                    if key not in self._dlq_ids:
+                    attempts = counts.get(key, 0)
+                    if self.job.overlaps_live(record.at_ms, attempts):
+                        self.progress.done += 1  # the live path has it (R2)
+                    elif key not in self._dlq_ids:
                         now_ms = int(self._clock() * 1000)
-                        number = counts.get(key, 0) + 1  # after its lifetime count (D7)
+                        number = attempts + 1  # after its lifetime count (D7)
                         delivery = redelivery(key, sub, event, self.job.lane, number, now_ms)
                         await self._send(sub, delivery)
                 progress.positions[record.partition] = record.offset + 1

@@ -239,7 +239,10 @@ def backfill_job(
     settings: Settings, sub: Subscription, active_version: int, rate: float | None
 ) -> tuple[Job, rules.Window]:
     """The job a successful re-enable starts: the archive window and the parked deliveries."""
-    window = rules.backfill_window(sub.suspended_at, active_version, settings.archive_retention)
+    settle_ms = round(settings.reenable_settle * 1000)
+    window = rules.backfill_window(
+        sub.suspended_at, active_version, settings.archive_retention, settle_ms
+    )
     job = Job(
         job_id=f"bf_{uuid.uuid4().hex[:16]}",
         kind=JobKind.BACKFILL,
@@ -250,7 +253,7 @@ def backfill_job(
         until_ms=window.end_ms,
         dlq_reason=rules.PARKED_SUSPENDED,
         dlq_since_ms=sub.suspended_at or window.start_ms,
-        dlq_until_ms=active_version,
+        dlq_until_ms=window.end_ms,
         min_version=active_version,
     )
     return job, window

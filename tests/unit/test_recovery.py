@@ -71,6 +71,40 @@ def test_r2_backfill_window_is_capped_at_retention() -> None:
     assert w.holds(reenabled - 1) and not w.holds(reenabled) and not w.holds(w.start_ms - 1)
 
 
+def test_r2_backfill_window_reaches_the_settle_time_past_the_reenable() -> None:
+    """A router whose registry has not taken the active version yet skips the subscription:
+    what it archives in the settle time must still be in the window (D1, R2)."""
+    w = r.backfill_window(1_000_000, 2_000_000, DAY_S, settle_ms=10_000)
+    assert (w.start_ms, w.end_ms) == (1_000_000, 2_010_000)
+    assert w.holds(2_000_396) and not w.holds(2_010_000)
+
+
+def _backfill(**overrides: object) -> r.Job:
+    fields: dict[str, object] = dict(
+        job_id="bf_1", kind=r.JobKind.BACKFILL, subscription_id="sub_1",
+        requested_at=2_000_000, rate=5.0, since_ms=1_000_000, until_ms=2_010_000,
+        dlq_reason="suspended", dlq_since_ms=1_000_000, dlq_until_ms=2_010_000,
+    )  # fmt: skip
+    fields.update(overrides)
+    return r.Job(**fields)  # type: ignore[arg-type]
+
+
+def test_r2_a_backfill_writes_only_once_its_windows_have_ended() -> None:
+    assert _backfill().writes_after_ms == 2_010_000
+    assert _backfill(dlq_until_ms=2_020_000).writes_after_ms == 2_020_000
+    # a replay covers the past: a DLQ replay "until tomorrow" does not wait for tomorrow
+    replay = _backfill(kind=r.JobKind.DLQ, until_ms=None, dlq_until_ms=9_000_000_000)
+    assert replay.writes_after_ms == 0
+
+
+def test_r2_the_backfill_leaves_to_the_live_path_what_it_attempted_after_the_reenable() -> None:
+    job = _backfill()
+    assert job.overlaps_live(archived_at_ms=2_000_000, attempts=1)
+    assert not job.overlaps_live(archived_at_ms=2_000_000, attempts=0)  # a lagging router's
+    assert not job.overlaps_live(archived_at_ms=1_999_999, attempts=3)  # suspended: resent
+    assert not _backfill(kind=r.JobKind.REPLAY).overlaps_live(2_000_500, attempts=1)
+
+
 def test_r3_replay_window_is_clipped_and_validated() -> None:
     now = 100 * 86_400_000
     w = r.replay_window(0, now + 5000, now, DAY_S)
