@@ -259,8 +259,11 @@ class FlowControl:
             # checked after the slots: an attempt that just ended may have paused the flow
             now = self._clock()
             wait = max(flow.paused_until - now, flow.bucket.wait(now) if flow.bucket else 0.0)
+            paced = False  # whether a recovery ramp paced this turn
             if self._ramp is not None:
-                wait = max(wait, origin.ramp_wait(self._ramp(flow.origin, now), now))
+                rate = self._ramp(flow.origin, now)
+                paced = rate is not None
+                wait = max(wait, origin.ramp_wait(rate, now))
             if wait > 0:
                 origin.release()
                 in_flight.release()
@@ -273,7 +276,7 @@ class FlowControl:
             tp, offset, delivery = flow.queue.popleft()
             self.queued -= 1
             self.running[tp] += 1
-            self._spawn(self._run(flow, in_flight, origin, tp, offset, delivery))
+            self._spawn(self._run(flow, in_flight, origin, tp, offset, delivery, paced))
 
     async def _run(
         self,
@@ -283,9 +286,17 @@ class FlowControl:
         tp: TP,
         offset: int,
         delivery: Delivery,
+        paced: bool = False,
     ) -> None:
+        requeued = False
         try:
             await self._slots.acquire(flow.tenant)
+            if not paced and self._ramps(flow.origin):
+                # let go while its origin's breaker was open, it waited for a slot while the
+                # breaker closed: back to the head of the line, behind the recovery ramp (F4)
+                self._slots.release()
+                requeued = True
+                return
             started = time.monotonic()
             ended: Ended | None = None
             try:
@@ -305,8 +316,18 @@ class FlowControl:
             origin.release()
             in_flight.release()
             self.running[tp] -= 1
-            self._release(tp)
-            self._settled(tp, offset)
+            if requeued:
+                flow.queue.appendleft((tp, offset, delivery))
+                self.queued += 1
+                if flow.pump is None or flow.pump.done():
+                    flow.pump = self._spawn(self._pump(delivery.subscription_id, flow))
+            else:
+                self._release(tp)
+                self._settled(tp, offset)
+
+    def _ramps(self, origin: str) -> bool:
+        """Whether a recovery ramp paces ``origin`` now (F4)."""
+        return self._ramp is not None and self._ramp(origin, self._clock()) is not None
 
     def _release(self, tp: TP) -> None:
         left = self.held[tp] - 1

@@ -195,3 +195,43 @@ async def test_f3_an_origin_waiter_cancelled_after_its_slot_was_passed_on_stays_
         await waiter
     assert gate.running == 0
     await asyncio.wait_for(gate.acquire(), 1.0)  # the slot is free for the next one
+
+
+async def test_f4_deliveries_let_go_while_the_breaker_was_open_wait_for_the_ramp() -> None:
+    """Deliveries let go while the origin's breaker was open (no ramp applies then) and still
+    waiting for a dispatch slot when it closes go back in line behind the recovery ramp,
+    instead of landing on the endpoint at once (the storm F4 prevents)."""
+    sub = _sub("sub_back", "https://back.example/hook")
+    first = asyncio.Event()
+    attempted: list[str] = []
+    ramp: dict[str, float | None] = {"rate": None}  # None: the breaker is open, no ramp
+
+    async def attempt(sub: Subscription, delivery: Delivery) -> Ended:
+        attempted.append(delivery.delivery_id)
+        if len(attempted) == 1:
+            await first.wait()  # holds the only dispatch slot
+        return Ended()
+
+    control = FlowControl(
+        slots=1,
+        origin_max_in_flight=64,
+        attempt=attempt,
+        defer=lambda *_: None,
+        settled=lambda *_: None,
+        lookup={sub.id: sub}.get,
+        ramp=lambda _origin, _now: ramp["rate"],
+    )
+    for offset in range(20):
+        control.submit(TP, offset, _delivery(sub, offset), sub)
+    await asyncio.sleep(0.1)  # 19 are let go and wait for the slot
+    assert len(attempted) == 1
+    ramp["rate"] = 2.0  # the breaker closed: 2/s, and a ramp starts with no token saved
+    first.set()
+    await asyncio.sleep(0.3)
+    assert len(attempted) == 1, "deliveries let go before the close skipped the ramp"
+    await asyncio.sleep(0.5)
+    assert len(attempted) >= 2  # they come in the ramp's turn
+    ramp["rate"] = None  # the ramp is over: the rest go at once
+    await asyncio.sleep(1.2)
+    assert len(attempted) == 20
+    assert len(set(attempted)) == 20
