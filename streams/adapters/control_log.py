@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from streams.adapters import codec
 from streams.adapters.kafka_clients import make_consumer, make_producer, watermarks
@@ -104,12 +104,17 @@ def read_partition(
 
 
 def stored_progress(settings: Settings) -> list[str]:
-    """The progress metadata the backfill runner committed on every control partition."""
+    """The progress metadata the backfill runner committed on every control partition.
+
+    HookstreamError when Kafka cannot say now (its group coordinator moves during a broker's
+    restart: ``NOT_COORDINATOR``); callers show the progress as unknown, never a 500."""
     topic = settings.topic("control")
     consumer = make_consumer(settings, RUNNER_GROUP)  # never subscribes: only reads commits
     try:
         parts = sorted(watermarks(consumer, topic))
         committed = consumer.committed([TopicPartition(topic, p) for p in parts], timeout=10)
         return [tp.metadata for tp in committed if tp.metadata]
+    except KafkaException as exc:
+        raise HookstreamError(f"the backfill progress cannot be read now: {exc}") from exc
     finally:
         consumer.close()
