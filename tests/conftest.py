@@ -68,6 +68,9 @@ def make_settings(
             "allow_private_destinations": True,
             # S5: secrets are encrypted by default; tests use a key of their own
             "secret_key": TEST_SECRET_KEY,
+            # R2: one worker on one broker takes a new subscription version in milliseconds;
+            # test_recovery_settle holds a router back and sets its own settle time
+            "reenable_settle": "2s",
         }
         values.update(overrides)
         return load_settings(**values)
