@@ -9,9 +9,10 @@ gives partition p of all of them to one worker.
 A worker answers for a partition only while it holds it as an active assignment and no
 rebalance or table recovery is under way (`held`); otherwise it asks the owner the Faust
 assignor names, at the URL each worker announces (``advertise`` in
-`streams.agents.analytics`), with the operator key, and that owner checks the same before it
-answers. A partition that is moving answers 503 with ``Retry-After`` on both sides, so an old
-owner's stale copy is never served.
+`streams.agents.analytics`), with the installation's peer key
+(`streams.services.auth.peer_token`; the operator key is still accepted), and that owner checks
+the same before it answers. A partition that is moving answers 503 with ``Retry-After`` on
+both sides, so an old owner's stale copy is never served.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from faust.web import View
 from yarl import URL
 
 from streams.errors import UnauthorizedError, UnavailableError
-from streams.services.auth import authenticate
+from streams.services.auth import authenticate, is_peer, peer_token
 from streams.settings import Settings
 
 PEER_TIMEOUT_S: Final = 10.0
@@ -92,17 +93,22 @@ class Owners:
         return grouped
 
     async def ask(self, owner: str, path: str, params: dict[str, str]) -> Any:
-        """GET ``path`` on ``owner`` with the operator key; its JSON body."""
-        token = self.settings.admin_token
-        if token is None:
+        """GET ``path`` on ``owner`` with the peer key; its JSON body."""
+        tokens = [peer_token(self.settings)]
+        if self.settings.admin_token is not None:  # a worker of an older release (upgrades)
+            tokens.append(self.settings.admin_token.get_secret_value())
+        if tokens[0] is None:
             raise UnavailableError(
                 "this worker does not hold this state and cannot ask the one that does: "
-                "set HOOKSTREAM_ADMIN_TOKEN on every worker"
+                "set HOOKSTREAM_SECRET_KEY (or HOOKSTREAM_ADMIN_TOKEN) on every worker"
             )
-        headers = {"Authorization": f"Bearer {token.get_secret_value()}"}
         try:
             async with httpx.AsyncClient(timeout=PEER_TIMEOUT_S) as client:
-                response = await client.get(f"{owner}{path}", params=params, headers=headers)
+                for token in tokens:
+                    headers = {"Authorization": f"Bearer {token}"}
+                    response = await client.get(f"{owner}{path}", params=params, headers=headers)
+                    if response.status_code != 401:
+                        break
         except httpx.HTTPError as exc:  # gone: its partitions move to the others shortly
             raise moving(f"the worker at {owner} did not answer ({exc})") from exc
         if response.status_code == 503:
@@ -116,21 +122,19 @@ class Owners:
 
 
 def peer_view(settings: Settings, answer: Callable[[dict[str, str]], Any]) -> type[View]:
-    """A view that answers another worker (operator key only) with ``answer(query)``, which
+    """A view that answers another worker (peer or operator key) with ``answer(query)``, which
     raises `UnavailableError` (503, ``Retry-After``) when this worker does not hold the state
     and `ValueError` (400) for a bad query."""
 
     class PeerState(View):
         async def get(self, request: Any) -> Any:
             token = settings.admin_token
+            header = request.headers.get("Authorization")
             try:
-                principal = authenticate(
-                    request.headers.get("Authorization"),
-                    None if token is None else token.get_secret_value(),
-                    None,
-                )
-                if not principal.is_operator:
-                    raise UnauthorizedError("the operator key is required", invalid=True)
+                if not is_peer(header, settings):
+                    admin = None if token is None else token.get_secret_value()
+                    if not authenticate(header, admin, None).is_operator:
+                        raise UnauthorizedError("a peer or operator key is required", invalid=True)
                 body = answer(dict(request.query))
             except UnauthorizedError as exc:
                 return self.json({"error": exc.code, "message": exc.message}, status=401)

@@ -29,6 +29,7 @@ from streams.adapters.registry import SubscriptionRegistry
 from streams.adapters.topic_reader import scan
 from streams.errors import ConfigError
 from streams.services import subscriptions as service
+from streams.services.auth import peer_token
 from streams.settings import Settings, load_settings
 from tests.conftest import REPO
 from tests.receivers import Receiver
@@ -294,6 +295,30 @@ def test_services_never_log_secrets(
     service.remove_subscription(settings, sub.id)
     for secret in (sub.secrets[0].value, new):
         assert secret not in caplog.text
+
+
+def test_s6_o2_workers_ask_each_other_with_the_installation_peer_key(
+    api_worker: ApiWorker,
+) -> None:
+    """S6, O2: the peer views take the peer key derived from the secret key every worker
+    shares (a fleet needs no operator key for it), or the operator key; nothing else."""
+    settings = load_settings(secret_key=SECRET_KEY)
+    peer, from_admin = (
+        peer_token(settings),
+        peer_token(load_settings(admin_token=ADMIN, secret_key=None)),
+    )
+    assert peer is not None and from_admin is not None and peer != from_admin
+    query = {"op": "delivery", "id": "msg_nope"}
+    deadline = time.monotonic() + 60
+    for key in (peer, ADMIN):
+        with api_worker.client(key) as api:
+            while (answer := api.get("/internal/ledger", params=query)).status_code == 503:
+                assert time.monotonic() < deadline, "the ledger never became ready"
+                time.sleep(0.5)
+            assert answer.status_code == 200 and answer.json() == {"delivery": None}
+    for wrong in (None, from_admin, "hspeer_" + "0" * 64):
+        with api_worker.client(wrong) as api:
+            assert api.get("/internal/ledger", params=query).status_code == 401, wrong
 
 
 def test_ledger_views_and_not_yet_available(api_worker: ApiWorker) -> None:
