@@ -145,16 +145,14 @@ def _drain(config: ClusterChaosConfig, cluster: ReplicatedCluster, farm: Receive
 def run_cluster_chaos(config: ClusterChaosConfig) -> dict[str, Any]:
     """The whole scenario; returns the report (see the module docstring)."""
     port = config.kafka_port or free_port_range()
-    # A backfill job asks the worker holding the subscription's dead letters for them, with the
-    # operator key every worker of a fleet shares (docs/api.md); without it, it waits until a
-    # rebalance brings that state to its own worker.
-    extra = {"admin_token": uuid.uuid4().hex} if config.recovery else {}
+    # A backfill job asks the worker holding the subscription's dead letters for them with the
+    # installation's peer key, derived from the secret key the workers share (docs/api.md): no
+    # operator key is set here, so the recovery scenario checks that too.
     cluster_config = ClusterConfig(
         work_dir=config.work_dir,
         jars_dir=config.jars_dir,
         kafka_port=port,
         workers=config.workers,
-        extra=extra,
     )
     rng = random.Random(config.seed)
     # a worker that dies of a signal leaves the Python stack of every thread in its log
