@@ -139,7 +139,13 @@ class TopicAdmin:
         futures = self._client.describe_configs(resources, request_timeout=REQUEST_TIMEOUT)
         states = {}
         for resource, future in futures.items():
-            entries: Mapping[str, Any] = self._result(future, resource.name, "config")
+            # a topic just created on one node of a cluster is unknown to the node asked for
+            # a moment: it does not exist yet as far as the plan goes (asked again shortly)
+            entries: Mapping[str, Any] | None = self._result(
+                future, resource.name, "config", KafkaError.UNKNOWN_TOPIC_OR_PART
+            )
+            if entries is None:
+                continue
             topic = found[resource.name]
             states[resource.name] = TopicState(
                 partitions=len(topic.partitions),
