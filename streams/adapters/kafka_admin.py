@@ -27,6 +27,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 
+from streams.adapters.kafka_clients import LIBRDKAFKA_LOG
 from streams.domain.topic_plan import (
     ConfigAlter,
     PartitionIncrease,
@@ -122,7 +123,11 @@ class TopicAdmin:
     def __init__(self, settings: Settings) -> None:
         self._bootstrap = settings.kafka_bootstrap
         self._client = AdminClient(
-            {"bootstrap.servers": settings.kafka_bootstrap, "socket.timeout.ms": 10000}
+            {
+                "bootstrap.servers": settings.kafka_bootstrap,
+                "socket.timeout.ms": 10000,
+                "logger": LIBRDKAFKA_LOG,  # type: ignore[dict-item]  # X2: never raw on stderr
+            }
         )
 
     def describe(self, full_names: Iterable[str]) -> dict[str, TopicState]:
