@@ -76,7 +76,7 @@ chaos: install kafka ## Q1 chaos run: 100k deliveries, kill -9 a worker every 10
 chaos-cluster: install ## Q1 on three brokers: 50k+ deliveries, 3 leader kill -9s, a worker kill -9 during a failover, controller restart, rolling restarts
 	$(BIN)/python -m chaos.cluster_run --deliveries 50000 --leader-kills 3 --seed 7 --rate 150 --gap 15 --summary $(CHAOS_CLUSTER_ARGS)
 
-chaos-cluster-recovery: install ## chaos-cluster plus a suspension, its notice and a backfill across the faults (H3, H5, R2); fails today, see docs/reliability.md
+chaos-cluster-recovery: install ## chaos-cluster plus a suspension, its notice and a backfill across the faults (H3, H5, R2)
 	$(BIN)/python -m chaos.cluster_run --deliveries 50000 --leader-kills 3 --seed 7 --rate 150 --gap 15 --recovery --report chaos-cluster-recovery-report.json $(CHAOS_CLUSTER_ARGS)
 
 bench-cluster: install ## X4 on three brokers: 1/2/3 workers (ratio to one) and a worker's kill -9 failover
