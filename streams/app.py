@@ -9,9 +9,9 @@ What the factory decides, once, for every hookstream worker:
 - Tables live in RocksDB through rocksdict, under ``settings.tables_dir``, with sized caches: the
   library defaults (2 GiB block cache per partition, 3 x 64 MiB write buffers, 90% of the process'
   file descriptors per partition) would put a worker far past its memory budget (SPEC P6).
-- Faust may create only its own internal topics (table changelogs). Every topic hookstream's
-  agents consume or produce is owned by topics.yaml (SPEC X1) and is declared there, never here;
-  the broker has ``auto.create.topics.enable=false`` as well.
+- Faust creates no topic. Every topic hookstream's agents consume or produce is owned by
+  topics.yaml (SPEC X1); the tables' changelogs are declared by `declare_changelogs` before the
+  worker starts; the broker has ``auto.create.topics.enable=false`` as well.
 - Faust's leader topic is off: hookstream does not use leader election.
 - The agents' aiokafka consumer asks for ``agent_fetch_min_bytes`` per fetch and waits at most
   ``agent_fetch_wait`` for them, instead of a fetch per record (`streams.adapters.agent_fetch`).
@@ -181,7 +181,11 @@ def create_app(settings: Settings, components: Iterable[Component] = ()) -> faus
         tabledir=tables_dir,
         table_standby_replicas=settings.table_standby_replicas,
         topic_replication_factor=changelog_replication(settings)[0],
-        topic_allow_declare=True,  # only internal topics (changelogs) are ever declared
+        # hookstream declares the changelogs itself before start (`declare_changelogs`), through
+        # librdkafka, which finds the controller through any broker; Faust's own declaration
+        # asks only the first broker of its metadata (`_get_controller_node`), so a worker
+        # started while that broker was down exited with NodeNotReadyError
+        topic_allow_declare=False,
         topic_disable_leader=True,
         consumer_auto_offset_reset="earliest",
         broker_commit_every=1000,
