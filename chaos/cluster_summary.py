@@ -41,6 +41,13 @@ def cluster_entry(
             "leader_kills": len(kills),
             "failover_s": [k["failover_s"] for k in kills],
             "faults": [f["step"] for f in report["faults"]],
+            # H3, H5, R2 under the same faults, with --recovery (its checks are in the verdict)
+            "recovery": None
+            if not report.get("recovery")
+            else {
+                k: report["recovery"].get(k)
+                for k in ("suspensions", "notice_ids", "backfill_done", "backfill_total")
+            },
         },
     }
 
