@@ -164,8 +164,8 @@ def record(entry_id: str, result: dict[str, Any], path: Path, target: float) -> 
         value=round(ratio, 3),
         unit="x the worker's CPU per delivery before the change (same run, healthy origin)"
         if result["before"]["commit"] != result["after"]["commit"]
-        else "x the worker's CPU per delivery of the same revision on the before side's "
-        "environment (same run, healthy origin)",
+        else "x the worker's CPU per delivery with the before side's environment (same "
+        "revision, same run)",
         target=f"<= {target}x ({before} -> {after})",
         met=ratio <= target,
         results_file=path,
