@@ -64,7 +64,7 @@ bench: install kafka ## Run every benchmark (long); figures in bench/results/sum
 	$(BIN)/python -m bench.lookup --attempts 100000 --attempts 2000000
 	$(BIN)/python -m bench.recovery --deliveries 2000 --compare
 	$(BIN)/python -m bench.ab --before e9953bc^1 --after e9953bc --runs 3 --id H8
-	$(BIN)/python -m bench.ab --before 17820be^1 --after 17820be --runs 3 --id S6-cost --target 1.10
+	$(BIN)/python -m bench.ab --before HEAD --after HEAD --before-env HOOKSTREAM_LEDGER_READER=false --runs 5 --events 60000 --id S6-cost --target 1.10
 	$(BIN)/python -m bench.summary --docs
 
 bench-smoke: install kafka ## A short run of the benchmark harness (sane figures, no thresholds)

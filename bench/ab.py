@@ -1,6 +1,8 @@
 """Before and after, in the same run: what a change costs the worker per delivery.
 
     python -m bench.ab --before e9953bc^1 --after HEAD --runs 3 [--id H8]
+    python -m bench.ab --before HEAD --after HEAD --before-env HOOKSTREAM_LEDGER_READER=false
+
 
 The machines differ in speed by about 3x from one day to the next, so a cost is only a figure
 next to a baseline measured on the same box at the same time. This checks out both revisions
@@ -11,6 +13,10 @@ router and dispatcher, its benchmark harness (run with ``PYTHONPATH`` at its wor
 same virtualenv). It reports, per side, the median of the runs of: the worker's CPU per
 delivery (µs), deliveries/s, and the bare HTTP client's CPU per request (one core over the
 client's ceiling in that run); and the ratio after/before of the worker's CPU per delivery.
+
+``--before-env``/``--after-env NAME=VALUE`` set the environment of one side's runs (its worker
+inherits it): the same revision with a part switched off and on measures what that part costs,
+free of every other change since it was merged.
 
 Writes ``bench/results/ab-<id>-<time>.json`` and, with ``--id``, an entry in
 ``bench/results/summary.json`` whose target is ``--target`` (default: at most 1.05x).
@@ -60,11 +66,13 @@ def per_delivery(run: dict[str, Any]) -> dict[str, float]:
     return figures
 
 
-def one_run(tree: Path, out: Path, events: int) -> dict[str, float]:
-    """One throughput run of the code in `tree`; its figures."""
+def one_run(
+    tree: Path, out: Path, events: int, extra_env: dict[str, str] | None = None
+) -> dict[str, float]:
+    """One throughput run of the code in `tree` (with ``extra_env`` set); its figures."""
     out.mkdir(parents=True, exist_ok=True)
     before = set(out.glob("*.json"))
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, **(extra_env or {}), "PYTHONPATH": str(tree)}
     command = [
         sys.executable,
         "-m",
@@ -91,8 +99,17 @@ def medians(runs: list[dict[str, float]]) -> dict[str, float]:
     return {key: statistics.median(run[key] for run in runs) for key in keys}
 
 
-def compare(before: str, after: str, runs: int, events: int, work: Path) -> dict[str, Any]:
-    """Alternate before/after `runs` times each; the figures and the ratio of the medians."""
+def compare(
+    before: str,
+    after: str,
+    runs: int,
+    events: int,
+    work: Path,
+    envs: dict[str, dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """Alternate before/after `runs` times each (``envs``: each side's extra environment); the
+    figures and the ratio of the medians."""
+    envs = envs or {}
     sides = {"before": before, "after": after}
     trees: dict[str, Path] = {}
     commits: dict[str, str] = {}
@@ -104,7 +121,7 @@ def compare(before: str, after: str, runs: int, events: int, work: Path) -> dict
         figures: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
         for n in range(runs):
             for label in ("before", "after") if n % 2 == 0 else ("after", "before"):
-                got = one_run(trees[label], work / f"out-{label}", events)
+                got = one_run(trees[label], work / f"out-{label}", events, envs.get(label))
                 figures[label].append(got)
                 say(f"run {n + 1} {label} ({commits[label]}): {json.dumps(got)}")
     finally:
@@ -113,8 +130,15 @@ def compare(before: str, after: str, runs: int, events: int, work: Path) -> dict
     mid = {label: medians(found) for label, found in figures.items()}
     key = "worker_cpu_us_per_delivery"
     return {
-        "before": {"rev": before, "commit": commits["before"], "runs": figures["before"]},
-        "after": {"rev": after, "commit": commits["after"], "runs": figures["after"]},
+        **{
+            label: {
+                "rev": sides[label],
+                "commit": commits[label],
+                "env": envs.get(label, {}),
+                "runs": figures[label],
+            }
+            for label in ("before", "after")
+        },
         "medians": mid,
         "ratio": mid["after"][key] / mid["before"][key],
     }
@@ -125,18 +149,27 @@ def _range(runs: list[dict[str, float]]) -> list[float]:
     return [round(min(values), 1), round(max(values), 1)]
 
 
+def _side(side: dict[str, Any]) -> str:
+    """A side's revision, and its environment when it has one."""
+    env = " ".join(f"{name}={value}" for name, value in side.get("env", {}).items())
+    return f"{side['commit']} {env}".strip()
+
+
 def record(entry_id: str, result: dict[str, Any], path: Path, target: float) -> None:
     """``entry_id``'s summary entry from a comparison's `result` (written to ``path``)."""
     mid, ratio = result["medians"], result["ratio"]
-    before, after = result["before"]["commit"], result["after"]["commit"]
+    before, after = (_side(result[side]) for side in ("before", "after"))
     summary.record(
         entry_id,
         value=round(ratio, 3),
-        unit="x the worker's CPU per delivery before the change (same run, healthy origin)",
+        unit="x the worker's CPU per delivery before the change (same run, healthy origin)"
+        if result["before"]["commit"] != result["after"]["commit"]
+        else "x the worker's CPU per delivery with the before side's environment (same "
+        "revision, same run)",
         target=f"<= {target}x ({before} -> {after})",
         met=ratio <= target,
         results_file=path,
-        commit=after,
+        commit=result["after"]["commit"],
         extra={
             "before_us": round(mid["before"]["worker_cpu_us_per_delivery"], 1),
             "after_us": round(mid["after"]["worker_cpu_us_per_delivery"], 1),
@@ -145,6 +178,16 @@ def record(entry_id: str, result: dict[str, Any], path: Path, target: float) -> 
         },
     )
     summary.update_docs()
+
+
+def _env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"bench.ab: an environment setting is NAME=VALUE, not {pair!r}")
+        env[name] = value
+    return env
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,10 +199,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--id", help="the summary.json entry to record (a requirement id)")
     parser.add_argument("--target", type=float, default=1.05, help="the highest ratio that passes")
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    for side in ("before", "after"):
+        parser.add_argument(
+            f"--{side}-env",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help=f"an environment variable of the {side} side's runs (repeatable)",
+        )
     args = parser.parse_args(argv)
+    envs = {side: _env(getattr(args, f"{side}_env")) for side in ("before", "after")}
     load_before = list(os.getloadavg())
     with tempfile.TemporaryDirectory(prefix="hookstream-ab-") as tmp:
-        body = compare(args.before, args.after, args.runs, args.events, Path(tmp))
+        body = compare(args.before, args.after, args.runs, args.events, Path(tmp), envs)
     result = {
         "command": "python -m bench.ab " + " ".join(argv if argv is not None else sys.argv[1:]),
         "load_before": load_before,

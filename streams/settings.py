@@ -132,6 +132,12 @@ class Settings(BaseSettings):
         description="Longest the ledger's reader waits to fill a fetch of `attempts` and `dlq`: "
         "the most it adds to how soon a new attempt or dead letter can be looked up (S6).",
     )
+    ledger_reader: bool = Field(
+        True,
+        description="Materialise the ledger and dead letters on this worker (S6). Off, the "
+        "worker reads neither topic and answers every ledger and dead-letter read with 503: "
+        "only for measuring what the ledger costs a worker (`bench.ab --before-env`).",
+    )
     ledger_sweep_interval: float = Field(
         60.0,
         gt=0,

@@ -66,20 +66,146 @@ def _skip(data: bytes, at: int) -> int:
     return at + size
 
 
-def attempt_fields(data: bytes) -> AttemptFields:
-    """The index fields of one `Attempt` record; `DecodeError` if it is not one."""
-    if data[:2] != MARKER or data[2:HEADER_SIZE] != schema_for(Attempt).fingerprint:
+class IndexFields(NamedTuple):
+    """The index fields of an `Attempt` as the ledger's keys use them: the ids already in the
+    keys' length-prefixed form (`streams.domain.ledger_keys.text`), so that a record's keys are
+    built from slices of its body without a round trip through ``str``."""
+
+    delivery_key: bytes  # text(delivery_id)
+    subscription_key: bytes  # text(subscription_id)
+    subscription_id: str
+    tenant_id: str
+    attempt: int
+    started_at: int
+    state: str
+
+
+_BE2 = struct.Struct(">H")
+_header: list[bytes] = []
+
+
+def _attempt_header() -> bytes:
+    if not _header:
+        _header.append(MARKER + schema_for(Attempt).fingerprint)
+    return _header[0]
+
+
+def _long_text(data: bytes, at: int) -> tuple[bytes, int]:
+    """A string's bytes and the position after it: the general case of `index_fields`."""
+    size, at = _size(data, at)
+    end = at + size
+    if size < 0 or end > len(data):
+        raise DecodeError("invalid_avro", "an Avro string past the end of the record")
+    return data[at:end], end
+
+
+def _fast_varint(data: bytes, at: int) -> tuple[int, int]:
+    """`_varint`, unrolled for the lengths of attempt numbers and epoch milliseconds."""
+    b = data[at]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), at + 1
+    value = b & 0x7F
+    end = at
+    for shift in (7, 14, 21, 28, 35, 42, 49):
+        end += 1
+        b = data[end]
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (value >> 1) ^ -(value & 1), end + 1
+    return _varint(data, at)
+
+
+def index_fields(data: bytes) -> IndexFields:
+    """The index fields of one `Attempt` record; `DecodeError` if it is not one.
+
+    Every attempt a worker's dispatchers write passes through here, so the common case, where
+    every string before the state is shorter than 64 bytes (its Avro length one byte with bits
+    0x81 clear), is read in straight-line code; any other record goes to `_general_fields`. A
+    string that would run past the end leaves ``at`` past it, and the state's bounds check
+    catches it."""
+    if data[:HEADER_SIZE] != (_header[0] if _header else _attempt_header()):
         raise DecodeError("unknown_schema", "not an Attempt record")
     try:
-        delivery_id, at = _text(data, HEADER_SIZE)
-        sub_id, at = _text(data, at)
-        tenant_id, at = _text(data, at)
+        at = HEADER_SIZE
+        n = data[at]
+        if n & 0x81:
+            return _general_fields(data)
+        end = at + 1 + (n >> 1)
+        delivery = data[at + 1 : end]
+        n = data[end]
+        if n & 0x81:
+            return _general_fields(data)
+        at, end = end, end + 1 + (n >> 1)
+        sub = data[at + 1 : end]
+        n = data[end]
+        if n & 0x81:
+            return _general_fields(data)
+        at, end = end, end + 1 + (n >> 1)
+        tenant = data[at + 1 : end]
+        n = data[end]  # event id
+        if n & 0x81:
+            return _general_fields(data)
+        at = end + 1 + (n >> 1)
+        n = data[at]  # event type
+        if n & 0x81:
+            return _general_fields(data)
+        attempt, at = _fast_varint(data, at + 1 + (n >> 1))
+        n = data[at]  # lane
+        if n & 0x81:
+            return _general_fields(data)
+        started_at, at = _fast_varint(data, at + 1 + (n >> 1))
+        at = _skip(data, _skip(data, at + _DOUBLE.size))  # duration_ms, outcome, reason
+        state, _ = _text(data, at)
+        sub_id = sub.decode()
+        tenant_id = tenant.decode()
+        delivery.decode()  # a key holds valid UTF-8 only
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise DecodeError("invalid_avro", f"an Attempt body is not valid: {exc!r}") from exc
+    return IndexFields(
+        _BE2.pack(len(delivery)) + delivery,
+        _BE2.pack(len(sub)) + sub,
+        sub_id,
+        tenant_id,
+        attempt,
+        started_at,
+        state,
+    )
+
+
+def _general_fields(data: bytes) -> IndexFields:
+    """`index_fields` of any valid record: long strings too."""
+    try:
+        delivery, at = _long_text(data, HEADER_SIZE)
+        sub, at = _long_text(data, at)
+        tenant, at = _long_text(data, at)
         at = _skip(data, _skip(data, at))  # event id and type
         attempt, at = _varint(data, at)
         at = _skip(data, at)  # lane
         started_at, at = _varint(data, at)
         at = _skip(data, _skip(data, at + _DOUBLE.size))  # duration_ms, outcome, reason
         state, _ = _text(data, at)
+        sub_id = sub.decode()
+        tenant_id = tenant.decode()
+        delivery.decode()
     except (IndexError, UnicodeDecodeError) as exc:
         raise DecodeError("invalid_avro", f"an Attempt body is not valid: {exc!r}") from exc
-    return AttemptFields(delivery_id, sub_id, tenant_id, attempt, started_at, state)
+    if len(delivery) > 0xFFFF or len(sub) > 0xFFFF:
+        raise DecodeError("invalid_avro", "an id longer than 65,535 bytes")
+    return IndexFields(
+        _BE2.pack(len(delivery)) + delivery,
+        _BE2.pack(len(sub)) + sub,
+        sub_id,
+        tenant_id,
+        attempt,
+        started_at,
+        state,
+    )
+
+
+def attempt_fields(data: bytes) -> AttemptFields:
+    """The index fields of one `Attempt` record, as text; `DecodeError` if it is not one."""
+    f = index_fields(data)
+    delivery_id = f.delivery_key[2:].decode()
+    return AttemptFields(
+        delivery_id, f.subscription_id, f.tenant_id, f.attempt, f.started_at, f.state
+    )

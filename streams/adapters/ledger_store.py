@@ -18,13 +18,13 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, cast
 
 import rocksdict
 from rocksdict import Rdict, WriteBatch
 
 from streams.adapters import codec
-from streams.adapters.ledger_codec import attempt_fields
+from streams.adapters.ledger_codec import IndexFields, attempt_fields, index_fields
 from streams.adapters.ledger_sweep import Sweeps
 from streams.domain import ledger_keys as k
 from streams.domain.ledger_keys import DeliveryMeta, LetterPosition
@@ -56,6 +56,8 @@ class StoredLetter:
 
 
 def open_store(path: Path, block_cache_mb: int, write_buffer_mb: int) -> Rdict:
+    """The store at ``path``; a store written in another format (`k.FORMAT`) is emptied first,
+    so that the reader rebuilds it from the topics like a new worker's."""
     path.mkdir(parents=True, exist_ok=True)
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
@@ -66,7 +68,24 @@ def open_store(path: Path, block_cache_mb: int, write_buffer_mb: int) -> Rdict:
     table.set_bloom_filter(10, False)
     table.set_block_cache(rocksdict.Cache(block_cache_mb * MIB))
     options.set_block_based_table_factory(table)
-    return Rdict(str(path), options)
+    db = Rdict(str(path), options)
+    found = db.get(k.FORMAT_KEY)
+    if found != k.FORMAT:
+        it = db.iter()
+        it.seek_to_first()
+        if it.valid():
+            log.warning(
+                "ledger state at %s has format %r, not %r: rebuilding it from the topics",
+                path,
+                found,
+                k.FORMAT,
+            )
+            del it
+            db.close()
+            Rdict.destroy(str(path), options)
+            db = Rdict(str(path), options)
+        db.put(k.FORMAT_KEY, k.FORMAT)
+    return db
 
 
 class LedgerStore(Sweeps):
@@ -119,59 +138,44 @@ class LedgerStore(Sweeps):
     def _add_attempts(
         self, batch: WriteBatch, partition: int, records: list[tuple[int, bytes]], before: int
     ) -> int:
+        """A new delivery costs its share of one multi-get and two puts: its record and its
+        place in its subscription's list of its state. The list of every state is the merge of
+        the by-state lists (`deliveries`), and expiry walks them from their oldest end
+        (`Sweeps.expire`): neither has an index of its own."""
+        parsed, skipped = _parse(k.prefix(partition, k.META), records, before)
+        list_prefix = k.prefix(partition, k.BY_STATE)
+        codes = k.STATE_CODES
+        if not parsed:
+            return skipped
+        keys: list[str | int | float | bytes | bool] = list(dict.fromkeys(k for k, _, _ in parsed))
+        values = cast(list[bytes | None], self.db.get(keys))  # one multi-get per batch
+        stored = dict(zip(keys, values, strict=True))
         changed: dict[bytes, tuple[DeliveryMeta, list[bytes], int]] = {}
-        skipped = 0
-        meta_prefix = k.prefix(partition, k.META)
-        for offset, raw in records:
-            try:
-                f = attempt_fields(raw)
-            except DecodeError as exc:
-                log.error("attempt skipped by the ledger: %s", exc, extra={"offset": offset})
-                skipped += 1
-                continue
-            if f.started_at < before:
-                continue
-            key = meta_prefix + k.text(f.delivery_id)
+        for key, f, raw in parsed:
             known = changed.get(key)
-            if known is None:
-                stored = self.db.get(key)
-                if stored is not None:
-                    meta, atts = k.decode_meta(stored)
-                    known = (meta, atts, latest_attempt(atts))
-            if known is None:
-                meta = DeliveryMeta(
-                    f.subscription_id, f.tenant_id, f.state, f.started_at, f.started_at
-                )
-                atts = [raw]
-                latest = f.attempt
-                self._index_new(
-                    batch, partition, f.subscription_id, f.state, f.started_at, f.delivery_id
-                )
-            else:
-                meta, atts, latest = known
-                atts.append(raw)
-                meta.last_at = max(meta.last_at, f.started_at)
-                if f.attempt >= latest and f.state != meta.state:
-                    sub, first = meta.subscription_id, meta.first_at
-                    batch.delete(k.state_key(partition, sub, meta.state, first, f.delivery_id))
-                    batch.put(k.state_key(partition, sub, f.state, first, f.delivery_id), b"")
-                    meta.state = f.state
-                latest = max(latest, f.attempt)
-            changed[key] = (meta, atts, latest)
+            if known is None and (value := stored[key]) is not None:
+                meta, atts = k.decode_meta(value)
+                known = (meta, atts, latest_attempt(atts))
+            if known is None:  # a new delivery
+                at = f.started_at
+                meta = DeliveryMeta(f.subscription_id, f.tenant_id, f.state, at, at)
+                changed[key] = (meta, [raw], f.attempt)
+                where = f.subscription_key + codes[f.state] + k.newest(at) + f.delivery_key
+                batch.put(list_prefix + where, b"")
+                continue
+            meta, atts, latest = known
+            atts.append(raw)
+            meta.last_at = max(meta.last_at, f.started_at)
+            if f.attempt >= latest and f.state != meta.state:
+                head = list_prefix + k.text(meta.subscription_id)
+                place = k.newest(meta.first_at) + f.delivery_key
+                batch.delete(head + codes[meta.state] + place)
+                batch.put(head + codes[f.state] + place, b"")
+                meta.state = f.state
+            changed[key] = (meta, atts, max(latest, f.attempt))
         for key, (meta, atts, _) in changed.items():
             batch.put(key, k.encode_meta(meta, atts))
         return skipped
-
-    @staticmethod
-    def _index_new(
-        batch: WriteBatch, partition: int, sub: str, state: str, first_at: int, delivery_id: str
-    ) -> None:
-        """The index entries of a delivery seen for the first time."""
-        when, which = k.newest(first_at), k.text(delivery_id)
-        head = k.text(sub)
-        batch.put(k.prefix(partition, k.ALL) + head + when + which, b"")
-        batch.put(k.prefix(partition, k.BY_STATE) + head + k.STATE_CODES[state] + when + which, b"")
-        batch.put(k.prefix(partition, k.EXPIRY) + k.be8(first_at) + which, b"")
 
     def _add_letters(
         self, batch: WriteBatch, partition: int, records: list[tuple[int, bytes]], before: int
@@ -219,19 +223,20 @@ class LedgerStore(Sweeps):
     ) -> tuple[list[StoredDelivery], tuple[int, str] | None]:
         """A subscription's deliveries newest first (by first attempt), from after ``after``
         (first attempt ms, delivery id); and the position of the last one when there are more."""
-        if state is None:
-            start = k.prefix(partition, k.ALL) + k.text(sub_id)
-        else:
-            start = k.prefix(partition, k.BY_STATE) + k.text(sub_id) + k.STATE_CODES[state]
-        end = k.upper(start)
-        seek = start if after is None else start + k.newest(after[0]) + k.text(after[1]) + b"\x00"
-        sub_len = len(start) - 3
+        head = k.prefix(partition, k.BY_STATE) + k.text(sub_id)
+        codes = list(k.STATE_CODES.values()) if state is None else [k.STATE_CODES[state]]
+        after_key = b"" if after is None else k.newest(after[0]) + k.text(after[1]) + b"\x00"
+        # each state's list is in (newest first, delivery id) order after ``head + code``; the
+        # list of every state merges them in that order
+        scans = [self._suffixes(head + code, after_key) for code in codes]
+        merged = scans[0] if len(scans) == 1 else heapq.merge(*scans)
         found: list[StoredDelivery] = []
         last: tuple[int, str] | None = None
-        for key, _ in self._range(seek, end):
+        for suffix in merged:
             if len(found) == limit:
                 return found, last
-            first_at, delivery_id = k.delivery_of_index(key, sub_len)
+            first_at = k.NEWEST - k.read_be8(suffix, 0)
+            delivery_id, _ = k.read_text(suffix, 8)
             value = self.db.get(k.meta_key(partition, delivery_id))
             if value is None:
                 continue
@@ -239,6 +244,12 @@ class LedgerStore(Sweeps):
             found.append(StoredDelivery(partition, meta, attempts))
             last = (first_at, delivery_id)
         return found, None
+
+    def _suffixes(self, start: bytes, after: bytes) -> Iterator[bytes]:
+        """The keys under ``start`` from ``start + after`` on, without ``start``."""
+        cut = len(start)
+        for key, _ in self._range(start + after, k.upper(start)):
+            yield key[cut:]
 
     # --- dead letters -------------------------------------------------------------------------
 
@@ -330,6 +341,27 @@ class LedgerStore(Sweeps):
                 _reason, at = k.read_text(row, at)
                 out.append(row[at:])
         return out
+
+
+def _parse(
+    meta_prefix: bytes, records: list[tuple[int, bytes]], before: int
+) -> tuple[list[tuple[bytes, IndexFields, bytes]], int]:
+    """(record key, index fields, record) of each readable attempt from ``before`` on, and how
+    many were unreadable (each logged)."""
+    parsed: list[tuple[bytes, IndexFields, bytes]] = []
+    skipped = 0
+    for offset, raw in records:
+        try:
+            f = index_fields(raw)
+            if f.state not in k.STATE_CODES:
+                raise DecodeError("invalid_avro", f"an unknown state {f.state!r}")
+        except DecodeError as exc:
+            log.error("attempt skipped by the ledger: %s", exc, extra={"offset": offset})
+            skipped += 1
+            continue
+        if f.started_at >= before:
+            parsed.append((meta_prefix + f.delivery_key, f, raw))
+    return parsed, skipped
 
 
 def _resume_at(

@@ -32,25 +32,21 @@ class Sweeps:
 
     def expire(self, partition: int, attempts_before: int, letters_before: int, budget: int) -> int:
         """Delete deliveries whose latest attempt and dead letters whose time are before the
-        cutoffs (their topic's retention); at most ``budget`` entries per call."""
+        cutoffs (their topic's retention); at most ``budget`` entries per call.
+
+        Deliveries have no expiry index of their own (one entry fewer per new delivery): each
+        of a subscription's by-state lists is walked from its oldest end while the first
+        attempt is before the cutoff (`_expire_list`). One retried since stays, and expires
+        with its latest."""
         batch = WriteBatch(raw_mode=True)
         done = 0
-        start = k.prefix(partition, k.EXPIRY)
-        for key, _ in self._range(start, start + k.be8(attempts_before)):
-            if done >= budget:
-                break
-            first_at = k.read_be8(key, 3)
-            delivery_id, _ = k.read_text(key, 11)
-            batch.delete(key)
-            value = self.db.get(k.meta_key(partition, delivery_id))
-            if value is not None:
-                meta, _atts = k.decode_meta(value)
-                if meta.last_at >= attempts_before:  # retried since: expires with its latest
-                    batch.put(k.expiry_key(partition, meta.last_at, delivery_id), b"")
-                else:
-                    self._drop_delivery(batch, partition, delivery_id, meta)
-            del first_at
-            done += 1
+        head = k.prefix(partition, k.BY_STATE)
+        for sub in sorted(self._subscriptions_of(partition, k.BY_STATE)):
+            for code in k.STATE_CODES.values():
+                if done >= budget:
+                    break
+                start = head + k.text(sub) + code
+                done += self._expire_list(batch, partition, start, attempts_before, budget - done)
         start = k.prefix(partition, k.LETTER_EXPIRY)
         for key, value in self._range(start, start + k.be8(letters_before)):
             if done >= budget:
@@ -63,15 +59,43 @@ class Sweeps:
         self.db.write(batch)
         return done
 
+    def _expire_list(
+        self, batch: WriteBatch, partition: int, start: bytes, before: int, budget: int
+    ) -> int:
+        """Expire up to ``budget`` deliveries of one by-state list (keys under ``start``), from
+        its oldest end while their first attempt is before ``before``; how many.
+
+        One retried or replayed since (its latest attempt after ``before``) stays, and the walk
+        goes past it: at most ``budget`` of those per list and sweep, so in a list with more of
+        them the entries after them wait until those expire themselves (within the topic's
+        retention of their latest attempt)."""
+        done = kept = 0
+        it = self.db.iter()
+        it.seek_for_prev(k.upper(start))
+        while it.valid() and done < budget and kept < budget:
+            key = it.key()
+            if not key.startswith(start) or k.NEWEST - k.read_be8(key, len(start)) >= before:
+                break
+            delivery_id, _ = k.read_text(key, len(start) + 8)
+            value = self.db.get(k.meta_key(partition, delivery_id))
+            if value is None:
+                batch.delete(key)
+                done += 1
+            elif (meta := k.decode_meta(value)[0]).last_at < before:
+                self._drop_delivery(batch, partition, delivery_id, meta)
+                batch.delete(key)
+                done += 1
+            else:
+                kept += 1
+            it.prev()
+        return done
+
     def _drop_delivery(
         self, batch: WriteBatch, partition: int, delivery_id: str, meta: DeliveryMeta
     ) -> None:
         sub, first = meta.subscription_id, meta.first_at
         batch.delete(k.meta_key(partition, delivery_id))
-        batch.delete(k.all_key(partition, sub, first, delivery_id))
         batch.delete(k.state_key(partition, sub, meta.state, first, delivery_id))
-        batch.delete(k.expiry_key(partition, first, delivery_id))
-        batch.delete(k.expiry_key(partition, meta.last_at, delivery_id))
 
     def _drop_letter(
         self, batch: WriteBatch, partition: int, sub: str, tenant: str, dead_at: int, offset: int
@@ -94,8 +118,11 @@ class Sweeps:
 
     def subscriptions(self, partition: int) -> set[str]:
         """The subscriptions with deliveries or dead letters in ``partition`` (a skip scan)."""
+        return self._subscriptions_of(partition, k.BY_STATE, k.LETTER)
+
+    def _subscriptions_of(self, partition: int, *kinds: bytes) -> set[str]:
         found: set[str] = set()
-        for kind in (k.ALL, k.LETTER):
+        for kind in kinds:
             start = k.prefix(partition, kind)
             it = self.db.iter()
             it.seek(start)
@@ -109,8 +136,8 @@ class Sweeps:
         """Delete every delivery and dead letter of a deleted subscription."""
         batch = WriteBatch(raw_mode=True)
         done = 0
-        start = k.prefix(partition, k.ALL) + k.text(sub_id)
-        sub_len = len(start) - 3
+        start = k.prefix(partition, k.BY_STATE) + k.text(sub_id)
+        sub_len = len(start) - 3 + 1  # and the state's code
         for key, _ in self._range(start, k.upper(start)):
             _first, delivery_id = k.delivery_of_index(key, sub_len)
             value = self.db.get(k.meta_key(partition, delivery_id))

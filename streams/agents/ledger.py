@@ -220,7 +220,10 @@ def ledger_component(app: Any, settings: Settings) -> None:
 
     class LedgerReaderService(Service):
         async def on_start(self) -> None:
-            state.reader.start()
+            if settings.ledger_reader:
+                state.reader.start()
+            else:
+                log.warning("ledger_reader is off: ledger and dead-letter reads answer 503")
 
         async def on_stop(self) -> None:
             await asyncio.to_thread(state.reader.stop)

@@ -119,8 +119,9 @@ class LocalLedger:
         self.reader.want(assigned)
 
     def restored(self) -> bool:
-        """Every partition this worker holds has its ledger read up (``/readyz``)."""
-        return self.owners.held() <= self.reader.ready()
+        """Every partition this worker holds has its ledger read up (``/readyz``); always, with
+        no reader (``ledger_reader`` off: its reads answer 503)."""
+        return not self.settings.ledger_reader or self.owners.held() <= self.reader.ready()
 
     def held(self) -> set[int]:
         """Partitions this worker answers for: held, and their ledger restored."""

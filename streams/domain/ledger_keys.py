@@ -10,9 +10,7 @@ newest first.
 kind        key after ``partition | kind``                           value
 ==========  =======================================================  ===========================
 ``m``       delivery id                                              `DeliveryMeta` + attempts
-``i``       subscription, newest(first attempt), delivery id         empty (all states)
 ``j``       subscription, state, newest(first attempt), delivery id  empty (by state)
-``x``       first attempt ms, delivery id                            empty (expiry order)
 ``q``       subscription, newest(dead at), offset                    tenant, reason, letter
 ``t``       tenant, newest(dead at), offset                          subscription
 ``a``       newest(dead at), offset                                  subscription
@@ -20,6 +18,12 @@ kind        key after ``partition | kind``                           value
 ``l``       delivery id, offset                                      subscription, newest(dead)
 ``o``       topic kind (``A`` attempts, ``D`` dlq)                   next offset to read
 ==========  =======================================================  ===========================
+
+A delivery has two entries: its record and its place in its subscription's list of its state
+(one point read and two puts when it is new). A subscription's list of every state is the
+merge of its by-state lists (each in the same order), and expiry walks those lists from their
+oldest end: neither has an index of its own. The key `FORMAT_KEY` (outside every partition)
+holds `FORMAT`; a store of another format is rebuilt from the topics.
 """
 
 from __future__ import annotations
@@ -39,10 +43,13 @@ _BE2 = struct.Struct(">H")
 _BE4 = struct.Struct(">I")
 _BE8 = struct.Struct(">Q")
 
-META, ALL, BY_STATE, EXPIRY = b"m", b"i", b"j", b"x"
+META, BY_STATE = b"m", b"j"
 LETTER, TENANT_LETTER, ANY_LETTER, LETTER_EXPIRY, DELIVERY_LETTER = b"q", b"t", b"a", b"y", b"l"
 OFFSET = b"o"
 ATTEMPTS_TOPIC, DLQ_TOPIC = b"A", b"D"
+#: The store's format: 2 drops format 1's all-states (``i``) and expiry (``x``) indexes.
+FORMAT: Final = b"2"
+FORMAT_KEY: Final = b"\xff\xffv"
 
 #: One byte per delivery state in the by-state index.
 STATE_CODES: Final = {
@@ -105,10 +112,6 @@ def meta_key(partition: int, delivery_id: str) -> bytes:
     return prefix(partition, META) + text(delivery_id)
 
 
-def all_key(partition: int, sub_id: str, first_at: int, delivery_id: str) -> bytes:
-    return prefix(partition, ALL) + text(sub_id) + newest(first_at) + text(delivery_id)
-
-
 def state_key(partition: int, sub_id: str, state: str, first_at: int, delivery_id: str) -> bytes:
     return (
         prefix(partition, BY_STATE)
@@ -117,10 +120,6 @@ def state_key(partition: int, sub_id: str, state: str, first_at: int, delivery_i
         + newest(first_at)
         + text(delivery_id)
     )
-
-
-def expiry_key(partition: int, first_at: int, delivery_id: str) -> bytes:
-    return prefix(partition, EXPIRY) + be8(first_at) + text(delivery_id)
 
 
 def encode_meta(meta: DeliveryMeta, attempts: list[bytes]) -> bytes:
@@ -148,8 +147,8 @@ def decode_meta(value: bytes) -> tuple[DeliveryMeta, list[bytes]]:
 
 
 def delivery_of_index(key: bytes, sub_len: int) -> tuple[int, str]:
-    """(first attempt ms, delivery id) of an ``i`` key (``sub_len`` = len of its subscription
-    part, length prefix included)."""
+    """(first attempt ms, delivery id) of a ``j`` key (``sub_len`` = len of its subscription
+    part, length prefix and state code included)."""
     at = 3 + sub_len
     first_at = NEWEST - read_be8(key, at)
     delivery_id, _ = read_text(key, at + 8)

@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
@@ -41,6 +41,9 @@ BATCH: Final = 1000
 SWEEP_BUDGET: Final = 20_000
 #: How often the reader publishes its store's compaction state (`hookstream_ledger_compaction`).
 STATS_INTERVAL_S: Final = 2.0
+
+#: One partition's (offset, value) of `attempts`, and of `dlq`.
+_Records = tuple[list[tuple[int, bytes]], list[tuple[int, bytes]]]
 
 
 class Materialiser:
@@ -124,16 +127,7 @@ class Materialiser:
         messages = consumer.consume(BATCH, 0.2) if self._assigned else []  # type: ignore[attr-defined]
         if not self._assigned:
             self._stop.wait(0.2)
-        grouped: dict[int, tuple[list[tuple[int, bytes]], list[tuple[int, bytes]]]] = {}
-        for msg in messages:
-            if msg.error() is not None:
-                continue
-            part = msg.partition()
-            if part not in self._assigned:
-                continue
-            attempts, letters = grouped.setdefault(part, ([], []))
-            target = attempts if msg.topic() == self._topics[0] else letters
-            target.append((msg.offset(), msg.value() or b""))
+        grouped = self._group(messages)
         now_ms = int(self._clock() * 1000)
         expired = (now_ms - self._retention[0], now_ms - self._retention[1])
         for part, (attempts, letters) in grouped.items():
@@ -147,6 +141,24 @@ class Materialiser:
         if self._clock() >= self._next_sweep:
             self._next_sweep = self._clock() + self._settings.ledger_sweep_interval
             self.sweep()
+
+    def _group(self, messages: list[Any]) -> dict[int, _Records]:
+        """Each assigned partition's (offset, value) of `attempts` and of `dlq`."""
+        grouped: dict[int, _Records] = {}
+        assigned, attempts_topic = self._assigned, self._topics[0]
+        for msg in messages:  # every attempt passes here: no allocation but its own tuple
+            if msg.error() is not None:
+                continue
+            part = msg.partition()
+            lists = grouped.get(part)
+            if lists is None:
+                if part not in assigned:
+                    continue
+                lists = grouped[part] = ([], [])
+            lists[0 if msg.topic() == attempts_topic else 1].append(
+                (msg.offset(), msg.value() or b"")
+            )
+        return grouped
 
     def _sync(self, consumer: object) -> None:
         with self._lock:

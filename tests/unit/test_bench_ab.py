@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.ab import medians, per_delivery
+from bench.ab import _env, _side, medians, per_delivery
 
 
 def test_h8_p1_cpu_per_delivery_is_the_workers_share_of_a_core_over_its_rate() -> None:
@@ -33,3 +33,16 @@ def test_p1_other_processes_cpu_per_delivery_is_kept_where_a_revision_reports_it
     assert "nginx_us_per_delivery" not in figures, "unknown figures are left out"
     older = per_delivery({k: v for k, v in run.items() if not k.endswith("_per_delivery")})
     assert "broker_us_per_delivery" not in medians([figures, older]), "only what every run has"
+
+
+def test_s6_each_side_may_run_the_same_revision_in_its_own_environment() -> None:
+    """S6's cost is the same revision with the ledger's reader off and on (`--before-env`)."""
+    assert _env(["HOOKSTREAM_LEDGER_READER=false", "A=b=c"]) == {
+        "HOOKSTREAM_LEDGER_READER": "false",
+        "A": "b=c",
+    }
+    with pytest.raises(SystemExit, match="NAME=VALUE"):
+        _env(["HOOKSTREAM_LEDGER_READER"])
+    side = {"commit": "c75ce0c", "env": {"HOOKSTREAM_LEDGER_READER": "false"}, "runs": []}
+    assert _side(side) == "c75ce0c HOOKSTREAM_LEDGER_READER=false"
+    assert _side({"commit": "c75ce0c", "runs": []}) == "c75ce0c"

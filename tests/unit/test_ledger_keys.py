@@ -94,8 +94,8 @@ def test_s6_an_unreadable_attempt_is_a_decode_error() -> None:
 
 @given(st.lists(st.integers(0, 2**50), min_size=2, max_size=20))
 def test_s6_newest_first_keys_sort_by_descending_time(times: list[int]) -> None:
-    keys = sorted(k.all_key(3, "sub_a", t, "msg_x") for t in times)
-    decoded = [k.delivery_of_index(key, len(k.text("sub_a")))[0] for key in keys]
+    keys = sorted(k.state_key(3, "sub_a", "success", t, "msg_x") for t in times)
+    decoded = [k.delivery_of_index(key, len(k.text("sub_a")) + 1)[0] for key in keys]
     assert decoded == sorted(times, reverse=True)
 
 
