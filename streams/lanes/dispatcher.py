@@ -104,14 +104,15 @@ class Dispatcher:
             jitter=settings.retry_jitter,
             window=settings.retry_window,
         )
-        self._outbox = Outbox(settings, producer, tiers, partitions)
-        self._breaker_log = breaker_log
         self._assigned: set[TP] = set()
+        self._lanes = [settings.topic("routed"), settings.topic("backfill")] + [t for _, t in tiers]
+        self._idle = IdleLanes(settings, self._lanes[1:], self._assigned, partitions)
+        self._outbox = Outbox(settings, producer, tiers, partitions, self._idle.wrote)
+        self._breaker_log = breaker_log
         share = functools.partial(
             routed_share, self._assigned, settings.topic("routed"), partitions
         )
         self._breakers = FleetBreakers(settings, breaker_log, worker_id(), share, clock)
-        self._lanes = [settings.topic("routed"), settings.topic("backfill")] + [t for _, t in tiers]
         self._tracker = OffsetTracker()
         self._recent = RecentSuccesses(settings.dedup_window)
         self._send = Sender(
@@ -149,7 +150,6 @@ class Dispatcher:
         self._intake = IntakePacer(
             self._flow, self._is_assigned, set(self._tier_delay), settings.topic("backfill")
         )
-        self._idle = IdleLanes(settings, self._lanes[1:], self._assigned, time.monotonic)
         self._consumer: Consumer | None = None
         self._reads: LaneThread | None = None  # the thread of the consumer's calls, in `run`
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -395,7 +395,7 @@ class Dispatcher:
         try:
             while not stop.is_set():
                 self._tiers_held.apply(consumer)  # the consumer's calls stay on this side
-                self._idle.step(consumer, self._intake.paused | self._tiers_held.paused())
+                self._idle.step(consumer, lambda: self._intake.paused | self._tiers_held.busy())
                 self._intake.pace(consumer, partition_cap)
                 self._intake.shed_slow()
                 # commits go on while intake waits, so a full buffer does not hold them back
