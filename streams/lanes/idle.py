@@ -18,10 +18,11 @@ from there after the resume.
 
 The retry tiers are not given to it. Paused and resumed the same way they gave P2 more (two
 interleaved pairs: p99 over the floor 7.9x / 7.4x -> 3.4x / 4.4x), but the recovery ramp's test
-(F4, `test_recovery_ramp.py`) then failed in 7 of 9 runs on a loaded box against 1 of 5 without
-them: deliveries read in one burst at a resume pass flow control while the breaker is half open
-(no ramp yet) and go out together once it closes. That race is the breaker's (admission does
-not check the ramp again), and tiers can join once it is closed (docs/benchmarks.md).
+(F4, `test_recovery_ramp.py`) then failed in 7 of 9 runs against 1 of 7 without idle lanes and
+1 of 5 with the backfill lane alone: deliveries read in one burst at a resume pass flow
+control while the breaker is half open (no ramp yet) and go out together once it closes. That
+race is the breaker's (admission does not check the ramp again); the tiers can join once it is
+closed (docs/benchmarks.md).
 
 The consumer's calls (`step`) are made by the dispatcher between two reads, like `TierTimers`'
 and `IntakePacer`'s: the consumer is never used by two threads at once. A partition another
