@@ -30,7 +30,7 @@ from typing import Any
 import uvloop
 
 from bench import profile
-from bench.broker import own_broker
+from bench.broker import BENCH_JVM, own_broker
 from bench.cpu import PROCESSES
 from bench.fanout import run_fanout
 from bench.figures import record_or_say
@@ -326,6 +326,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="a broker of the run's own, on free ports, whose new data dir holds only the "
         "bench's topics (P1, P2: its CPU and collections are the bench's alone)",
+    )
+    parser.add_argument(
+        "--broker-jvm",
+        default=BENCH_JVM,
+        help="--own-broker: the broker's heap and GC flags, space-separated",
     )
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument(

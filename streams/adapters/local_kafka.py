@@ -249,6 +249,7 @@ class LocalKafka:
         say: Callable[[str], None] | None = None,
         ready_timeout: float = 60.0,
         stop_timeout: float = 30.0,
+        jvm_options: tuple[str, ...] = BROKER_HEAP,
     ) -> None:
         self.endpoint = parse_bootstrap(settings.kafka_bootstrap)
         self.bootstrap = self.endpoint.address()
@@ -268,6 +269,7 @@ class LocalKafka:
         self._say = say or (lambda _message: None)
         self._ready_timeout = ready_timeout
         self._stop_timeout = stop_timeout
+        self._jvm_options = jvm_options  # the broker's heap and GC flags
 
     # --- public API ----------------------------------------------------------------------------
     def start(self) -> StartResult:
@@ -398,7 +400,7 @@ class LocalKafka:
     def _launch(self, java: str) -> int:
         if self.log_path.exists():
             self.log_path.replace(self.log_path.with_name(self.log_path.name + ".1"))
-        argv = self._java_command(java, BROKER_HEAP, "kafka.Kafka", str(self.properties_path))
+        argv = self._java_command(java, self._jvm_options, "kafka.Kafka", str(self.properties_path))
         launcher = ["/bin/sh", "-c", _LAUNCHER, "hookstream-kafka", str(self.log_path), *argv]
         output = self._run(launcher, "starting kafka", timeout=30.0)
         try:

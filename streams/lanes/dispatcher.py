@@ -2,11 +2,10 @@
 
 One confluent-kafka consumer (group ``<group_id>-dispatch``, range assignment, so partition p of
 every lane lands on the same worker) feeds deliveries into concurrent attempts. Each record is
-settled on its own: delivered, handed to a retry tier, or dead-lettered, and an `OffsetTracker`
-commits each partition only up to its lowest unsettled record (D1). Records of a retry tier
-wait for their due time in memory; the tier's partition is paused while no later record can be
-due yet, so the lane never polls in a loop and never fires early (D6). Live records never wait
-behind retries: a retry occupies a timer, not a dispatch slot, until it is due.
+settled on its own (delivered, handed to a retry tier, or dead-lettered); an `OffsetTracker`
+commits each partition only up to its lowest unsettled record (D1). Retries wait for their due
+time in memory (`TierTimers`, never early: D6), holding a timer, not a dispatch slot; quiet
+backfill partitions are left out of the fetches until they move (`IdleLanes`).
 """
 
 from __future__ import annotations
@@ -51,6 +50,7 @@ from streams.domain.ratelimit import rate_raised
 from streams.errors import DecodeError, HookstreamError
 from streams.lanes.breakers import FleetBreakers, routed_share, worker_id
 from streams.lanes.flow import FlowControl
+from streams.lanes.idle import IdleLanes
 from streams.lanes.intake import PARTITION_SHARE, IntakePacer, serve_group_events
 from streams.lanes.outbox import Outbox
 from streams.lanes.recall import recall_successes, recallable
@@ -69,13 +69,11 @@ REVOKE_GRACE_S = 10.0
 # deliveries already in flight finish (H4); waiting retries and backfills do not go out.
 PARKED_LANES = frozenset({Lane.RETRY, Lane.BACKFILL, Lane.REPLAY})
 # Lanes whose deliveries are settled without an attempt when they already succeeded or are
-# under way here (Q1): copies replayed after a crash or rebalance, and a backfill's copies of
-# what the live path delivered in the settle time after a re-enable (R2). A backfill is what a
-# suspension kept from the endpoint, not a request to send again. Replays (a person asked for
-# them), probes and tests always go.
+# under way here (Q1): copies replayed after a crash or rebalance, a backfill's copies of what
+# went live in the settle time after a re-enable (R2). Replays, probes and tests always go.
 DEDUPED_LANES = frozenset({Lane.LIVE, Lane.RETRY, Lane.BACKFILL})
-# At most this many deliveries settled but not committed: while commits fail (the broker is
-# away), the lane stops taking new work instead of delivering what it cannot record.
+# At most this many settled, uncommitted deliveries: while commits fail (the broker is away),
+# the lane stops taking new work instead of delivering what it cannot record.
 UNCOMMITTED_CAP_PER_SLOT = 4
 # The intake buffer is dispatch_concurrency x this many deliveries (taken in, not settled).
 BUFFER_PER_SLOT = 32
@@ -107,14 +105,15 @@ class Dispatcher:
             jitter=settings.retry_jitter,
             window=settings.retry_window,
         )
+        self._assigned: set[TP] = set()
+        self._lanes = [settings.topic("routed"), settings.topic("backfill")] + [t for _, t in tiers]
+        self._idle = IdleLanes(settings, [settings.topic("backfill")], self._assigned)
         self._outbox = Outbox(settings, producer, tiers, partitions)
         self._breaker_log = breaker_log
-        self._assigned: set[TP] = set()
         share = functools.partial(
             routed_share, self._assigned, settings.topic("routed"), partitions
         )
         self._breakers = FleetBreakers(settings, breaker_log, worker_id(), share, clock)
-        self._lanes = [settings.topic("routed"), settings.topic("backfill")] + [t for _, t in tiers]
         self._tracker = OffsetTracker()
         self._recent = RecentSuccesses(settings.dedup_window)
         self._send = Sender(
@@ -175,9 +174,8 @@ class Dispatcher:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._rebalances += 1
         tps = [(p.topic, p.partition) for p in partitions]
-        # librdkafka keeps a partition paused across a rebalance that hands it back to this
-        # worker, while the pause bookkeeping goes with the partition (`_cancel_timers`): lift
-        # the pauses here, or such a partition would never be read again (D1)
+        # librdkafka keeps a partition paused across a rebalance that hands it back, while the
+        # pause bookkeeping goes (`_cancel_timers`): lift the pauses, or it is never read (D1)
         try:
             consumer.resume(partitions)
         except KafkaException as exc:
@@ -243,6 +241,7 @@ class Dispatcher:
                 self._unpend(delivery_id)
             self._intake.paused.discard(tp)
         self._tiers_held.cancel(tps)
+        self._idle.forget(tps)
 
     # --- intake ---------------------------------------------------------------------------
     def _take(self, msg: Message) -> None:
@@ -276,9 +275,8 @@ class Dispatcher:
             loop.call_soon_threadsafe(self._limits_changed, new, now_ms, raised)
 
     def _limits_changed(self, sub: Subscription, changed_ms: int, raised: bool) -> None:
-        """``sub``'s flow takes its new limits. On a raised rate, deliveries deferred at the
-        old, lower rate come back now, to be paced at the new one; those not read yet come
-        back as they are read (`_schedule`)."""
+        """``sub``'s flow takes its new limits. On a raised rate, deliveries deferred at the old
+        rate come back now, paced at the new one (those not read yet as they are read)."""
         self._flow.limits_changed(sub, raised=raised)
         if not raised:
             return
@@ -341,11 +339,9 @@ class Dispatcher:
     def _commit_soon(self, consumer: Consumer, seal: bool) -> None:
         """Commit without waiting: with ``seal``, close what was settled so far in the outbox;
         then send the positions of the closed batches whose records Kafka has acknowledged.
-
         Kafka's answer arrives through the consumer's ``on_commit`` (`AsyncCommitter`) during a
         later ``take``; intake never stops for it. Runs only in the lane's own coroutine, so a
-        rebalance callback (inside ``take``) never runs halfway through it.
-        """
+        rebalance callback (inside ``take``) never runs halfway through it."""
         if seal:
             with self._lock:
                 positions = self._tracker.to_commit()
@@ -394,9 +390,11 @@ class Dispatcher:
         uncommitted_cap = self._settings.dispatch_concurrency * UNCOMMITTED_CAP_PER_SLOT
         read = functools.partial(take, consumer, batch, 0.05, self._rebalance_count)
         last_commit = time.monotonic()
+        watch = asyncio.create_task(self._idle.watch(stop))
         try:
             while not stop.is_set():
                 self._tiers_held.apply(consumer)  # the consumer's calls stay on this side
+                self._idle.step(consumer, lambda: self._intake.paused)
                 self._intake.pace(consumer, partition_cap)
                 self._intake.shed_slow()
                 # commits go on while intake waits, so a full buffer does not hold them back
@@ -418,11 +416,11 @@ class Dispatcher:
                     else:
                         log.warning("dispatch consumer error: %s", msg.error())
         finally:
+            watch.cancel()
             await self._shutdown(consumer)
 
     async def _commit_or_wait(self) -> None:
-        """Too much is settled but not committed: commit before taking more; when Kafka cannot
-        take the commit, wait, so an outage costs at most that much sent twice (Q1)."""
+        """Too much is settled, not committed: commit first; if Kafka cannot take it, wait (Q1)."""
         try:
             await self._commit_now()
         except ProduceError:
@@ -430,7 +428,7 @@ class Dispatcher:
         except HookstreamError as exc:
             log.warning("commit failed, intake waits: %s", exc)
             await asyncio.sleep(0.5)
-            held = self._intake.paused | self._tiers_held.paused()
+            held = self._intake.paused | self._tiers_held.paused() | set(self._idle.paused)
             assert self._consumer is not None and self._reads is not None
             serve = functools.partial(serve_group_events, self._consumer, held)
             for msg in await self._reads.call(serve):  # a dropped member rejoins (D1)

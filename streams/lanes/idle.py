@@ -1,0 +1,167 @@
+"""Idle lanes out of the dispatcher's fetches (P2): backfill partitions that are caught up and
+quiet are paused, and resumed as soon as their high watermark moves.
+
+The dispatcher's one consumer reads `routed`, `backfill` and every retry tier, partition p of
+each (range assignment keeps them co-partitioned: one subscription's lanes share its limits on
+one worker). The backfill lane is empty most of the time, yet every fetch the consumer sends
+names all of its partitions, and the broker answers each fetch for all of them, at the rate of
+the live lane's fetches. `IdleLanes` pauses a partition of the lanes it is given that was read
+up to its high watermark and has not moved for `CHECK_S` (pausing leaves the assignment as it
+is), and asks the broker for the paused partitions' high watermarks every `WATCH_S` through an
+admin client: one ListOffsets request for all of them, on the event loop, never the consumer.
+A partition whose watermark moved is resumed at the dispatcher's next step, so a record written
+to a quiet lane is read at most about `WATCH_S` later than without the pause; the backfill lane
+is paced in deliveries per second, which a 0.1 s shift does not move. When the watch fails,
+every paused partition is resumed (nothing waits on a watch that cannot see). Nothing is lost
+(D1): a paused partition's position and commit stay where they were, and librdkafka reads on
+from there after the resume.
+
+The retry tiers are not given to it. Paused and resumed the same way they gave P2 more (two
+interleaved pairs: p99 over the floor 7.9x / 7.4x -> 3.4x / 4.4x), but the recovery ramp's test
+(F4, `test_recovery_ramp.py`) then failed in 7 of 9 runs against 1 of 7 without idle lanes and
+1 of 5 with the backfill lane alone: deliveries read in one burst at a resume pass flow
+control while the breaker is half open (no ramp yet) and go out together once it closes. That
+race is the breaker's (admission does not check the ramp again); the tiers can join once it is
+closed (docs/benchmarks.md).
+
+The consumer's calls (`step`) are made by the dispatcher between two reads, like `TierTimers`'
+and `IntakePacer`'s: the consumer is never used by two threads at once. A partition another
+pauser holds (the intake's share) is left to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+
+from streams.adapters.kafka_clients import LIBRDKAFKA_LOG
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+#: A partition caught up at two checks this far apart, its position unchanged, is paused.
+CHECK_S = 1.0
+#: How often the paused partitions' high watermarks are asked for.
+WATCH_S = 0.1
+#: How long one watermark request may take before every paused partition is resumed.
+ANSWER_S = 5.0
+
+
+class IdleLanes:
+    def __init__(
+        self,
+        settings: Settings,
+        topics: Iterable[str],
+        assigned: set[TP],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._bootstrap = settings.kafka_bootstrap
+        self._topics = frozenset(topics)
+        self._assigned = assigned  # the dispatcher's own set, read between two reads
+        self._clock = clock
+        self.paused: dict[TP, int] = {}  # paused here -> its high watermark when paused
+        self._woken: set[TP] = set()  # paused partitions whose watermark moved: resume them
+        self._last: dict[TP, int] = {}  # position at the last check
+        self._next_check = 0.0
+        self._admin: AdminClient | None = None
+
+    # --- the consumer's side: between two reads ---------------------------------------------
+    def step(self, consumer: Consumer, held: Callable[[], set[TP]]) -> None:
+        """Resume what woke; every `CHECK_S`, pause what has stayed caught up since the last
+        check. ``held`` names the partitions another part of the dispatcher holds (the intake's
+        share). Between two reads."""
+        if self._woken:
+            held_elsewhere = held()
+            woken, self._woken = self._woken, set()
+            resume = [TopicPartition(*tp) for tp in woken if tp in self._assigned]
+            for tp in woken:
+                self.paused.pop(tp, None)
+                self._last.pop(tp, None)  # two checks again before the next pause
+            resume = [p for p in resume if (p.topic, p.partition) not in held_elsewhere]
+            if resume:
+                consumer.resume(resume)
+        now = self._clock()
+        if now < self._next_check:
+            return
+        self._next_check = now + CHECK_S
+        self._pause_idle(consumer, held())
+
+    def _pause_idle(self, consumer: Consumer, held_elsewhere: set[TP]) -> None:
+        tps = [
+            tp
+            for tp in list(self._assigned)
+            if tp[0] in self._topics and tp not in self.paused and tp not in held_elsewhere
+        ]
+        if not tps:
+            return
+        try:
+            positions = consumer.position([TopicPartition(*tp) for tp in tps])
+        except KafkaException as exc:
+            log.warning("idle lanes: positions unknown: %s", exc)
+            return
+        pause: list[TopicPartition] = []
+        for part in positions:
+            tp = (part.topic, part.partition)
+            low, high = consumer.get_watermark_offsets(part, cached=True)
+            mark = caught_up(part.offset, low, high)
+            last, self._last[tp] = self._last.get(tp), part.offset
+            if mark is not None and last == part.offset:
+                pause.append(TopicPartition(part.topic, part.partition))
+                self.paused[tp] = mark
+        if pause:
+            consumer.pause(pause)
+
+    def forget(self, tps: Iterable[TP]) -> None:
+        """Partitions were revoked: the revoke lifted their pauses; drop what is known of them."""
+        for tp in tps:
+            self.paused.pop(tp, None)
+            self._woken.discard(tp)
+            self._last.pop(tp, None)
+
+    # --- the watch: on the event loop, through an admin client --------------------------------
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Every `WATCH_S` until ``stop``: wake the paused partitions whose watermark moved."""
+        while not stop.is_set():
+            await asyncio.sleep(WATCH_S)
+            asked = dict(self.paused)
+            if not asked:
+                continue
+            try:
+                latest = await asyncio.wait_for(self._watermarks(list(asked)), ANSWER_S)
+            except Exception as exc:  # a watch that cannot see wakes everything
+                log.warning("idle lanes: watermarks unknown, %d resumed: %s", len(asked), exc)
+                self._woken.update(asked)
+                continue
+            self._woken.update(tp for tp, mark in asked.items() if latest.get(tp, mark) > mark)
+
+    async def _watermarks(self, tps: list[TP]) -> dict[TP, int]:
+        if self._admin is None:
+            conf: dict[str, Any] = {"bootstrap.servers": self._bootstrap, "logger": LIBRDKAFKA_LOG}
+            self._admin = AdminClient(conf)
+        self._admin.poll(0)  # serves the client's log lines
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        asked = {TopicPartition(*tp): latest for tp in tps}
+        futures = self._admin.list_offsets(asked, request_timeout=ANSWER_S)
+        answers = {
+            (part.topic, part.partition): asyncio.wrap_future(future)
+            for part, future in futures.items()
+        }
+        return {tp: int((await answer).offset) for tp, answer in answers.items()}
+
+
+def caught_up(position: int, low: int, high: int) -> int | None:
+    """The high watermark a partition was read up to, or None when it has records left to read
+    or its watermarks are not known yet. A partition nothing was read from since its
+    assignment (``position`` invalid) is caught up only when it holds no records at all."""
+    if high < 0:
+        return None
+    if position == OFFSET_INVALID:
+        return high if low == high else None
+    return high if position >= high else None
