@@ -5,7 +5,7 @@ every lane lands on the same worker) feeds deliveries into concurrent attempts. 
 settled on its own (delivered, handed to a retry tier, or dead-lettered); an `OffsetTracker`
 commits each partition only up to its lowest unsettled record (D1). Retries wait for their due
 time in memory (`TierTimers`, never early: D6), holding a timer, not a dispatch slot; quiet
-backfill partitions are left out of the fetches until they move (`IdleLanes`).
+backfill and tier partitions are left out of the fetches until they move (`IdleLanes`).
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ class Dispatcher:
         )
         self._assigned: set[TP] = set()
         self._lanes = [settings.topic("routed"), settings.topic("backfill")] + [t for _, t in tiers]
-        self._idle = IdleLanes(settings, [settings.topic("backfill")], self._assigned)
-        self._outbox = Outbox(settings, producer, tiers, partitions)
+        self._idle = IdleLanes(settings, self._lanes[1:], self._assigned, partitions)
+        self._outbox = Outbox(settings, producer, tiers, partitions, self._idle.wrote)
         self._breaker_log = breaker_log
         share = functools.partial(
             routed_share, self._assigned, settings.topic("routed"), partitions
@@ -394,7 +394,7 @@ class Dispatcher:
         try:
             while not stop.is_set():
                 self._tiers_held.apply(consumer)  # the consumer's calls stay on this side
-                self._idle.step(consumer, lambda: self._intake.paused)
+                self._idle.step(consumer, lambda: self._intake.paused | self._tiers_held.busy())
                 self._intake.pace(consumer, partition_cap)
                 self._intake.shed_slow()
                 # commits go on while intake waits, so a full buffer does not hold them back

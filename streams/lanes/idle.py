@@ -1,32 +1,34 @@
-"""Idle lanes out of the dispatcher's fetches (P2): backfill partitions that are caught up and
-quiet are paused, and resumed as soon as their high watermark moves.
+"""Idle lanes out of the dispatcher's fetches (P2): backfill and retry-tier partitions that are
+caught up and quiet are paused, and resumed as soon as their high watermark moves.
 
 The dispatcher's one consumer reads `routed`, `backfill` and every retry tier, partition p of
 each (range assignment keeps them co-partitioned: one subscription's lanes share its limits on
-one worker). The backfill lane is empty most of the time, yet every fetch the consumer sends
-names all of its partitions, and the broker answers each fetch for all of them, at the rate of
-the live lane's fetches. `IdleLanes` pauses a partition of the lanes it is given that was read
-up to its high watermark and has not moved for `CHECK_S` (pausing leaves the assignment as it
-is), and asks the broker for the paused partitions' high watermarks every `WATCH_S` through an
-admin client: one ListOffsets request for all of them, on the event loop, never the consumer.
-A partition whose watermark moved is resumed at the dispatcher's next step, so a record written
-to a quiet lane is read at most about `WATCH_S` later than without the pause; the backfill lane
-is paced in deliveries per second, which a 0.1 s shift does not move. When the watch fails,
-every paused partition is resumed (nothing waits on a watch that cannot see). Nothing is lost
-(D1): a paused partition's position and commit stay where they were, and librdkafka reads on
-from there after the resume.
+one worker). The backfill lane and the tiers are empty most of the time, yet every fetch the
+consumer sends names all of their partitions, and the broker answers each fetch for all of
+them, at the rate of the live lane's fetches. `IdleLanes` pauses a partition of those lanes
+that was read up to its high watermark and has not moved for `CHECK_S` (pausing leaves the
+assignment as it is; a tier partition with retries waiting in memory is in use), and asks the
+broker for the paused partitions' high watermarks every `WATCH_S` through an admin client: one
+ListOffsets request for all of them, on the event loop, never the consumer. A partition whose
+watermark moved is resumed at the dispatcher's next step, so a record written to a quiet lane
+is read at most about `WATCH_S` later than without the pause; a retry or deferral this worker
+writes itself (`wrote`, from the outbox) wakes its partition at once, so a tier read back
+within moments (breaker deferrals, F4) keeps its timing. A later read never makes a retry
+early (D6), and a tier's delay is far longer, so it is not late either; the backfill lane is
+paced in deliveries per second, which a 0.1 s shift does not move. When the broker does not
+answer, every paused partition is resumed (nothing waits on a watch that cannot see). Nothing
+is lost (D1): a paused partition's position and commit stay where they were, and librdkafka
+reads on from there after the resume.
 
-The retry tiers are not given to it. Paused and resumed the same way they gave P2 more (two
-interleaved pairs: p99 over the floor 7.9x / 7.4x -> 3.4x / 4.4x), but the recovery ramp's test
-(F4, `test_recovery_ramp.py`) then failed in 7 of 9 runs against 1 of 7 without idle lanes and
-1 of 5 with the backfill lane alone: deliveries read in one burst at a resume pass flow
-control while the breaker is half open (no ramp yet) and go out together once it closes. That
-race is the breaker's (admission does not check the ramp again); the tiers can join once it is
-closed (docs/benchmarks.md).
+The retry tiers were left out for a while: with them paused, the recovery ramp's test (F4,
+`test_recovery_ramp.py`) failed in 7 of 9 runs, because deliveries read in one burst at a
+resume passed flow control while the breaker was half open (no ramp yet) and went out together
+once it closed. Flow control now sends such a delivery back in line behind the ramp when its
+turn comes after the close (`streams.lanes.flow`), so the tiers are idle lanes too.
 
 The consumer's calls (`step`) are made by the dispatcher between two reads, like `TierTimers`'
 and `IntakePacer`'s: the consumer is never used by two threads at once. A partition another
-pauser holds (the intake's share) is left to it.
+pauser holds (the intake's share, a tier's read-ahead) is left to it.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from streams.adapters.kafka_clients import LIBRDKAFKA_LOG
+from streams.adapters.kafka_clients import LIBRDKAFKA_LOG, partition_of
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -60,9 +62,11 @@ class IdleLanes:
         settings: Settings,
         topics: Iterable[str],
         assigned: set[TP],
+        partitions: int,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._bootstrap = settings.kafka_bootstrap
+        self._partitions = partitions
         self._topics = frozenset(topics)
         self._assigned = assigned  # the dispatcher's own set, read between two reads
         self._clock = clock
@@ -75,8 +79,8 @@ class IdleLanes:
     # --- the consumer's side: between two reads ---------------------------------------------
     def step(self, consumer: Consumer, held: Callable[[], set[TP]]) -> None:
         """Resume what woke; every `CHECK_S`, pause what has stayed caught up since the last
-        check. ``held`` names the partitions another part of the dispatcher holds (the intake's
-        share). Between two reads."""
+        check. ``held`` names the partitions another part of the dispatcher holds or uses (the
+        intake's share, a tier's read-ahead or waiting retries). Between two reads."""
         if self._woken:
             held_elsewhere = held()
             woken, self._woken = self._woken, set()
@@ -117,6 +121,14 @@ class IdleLanes:
                 self.paused[tp] = mark
         if pause:
             consumer.pause(pause)
+
+    def wrote(self, topic: str, key: str) -> None:
+        """This worker wrote a record keyed ``key`` to ``topic`` (a retry or a deferral): its
+        partition, if paused here, is resumed at the next step, not a watch later."""
+        if self.paused:
+            tp = (topic, partition_of(key, self._partitions))
+            if tp in self.paused:
+                self._woken.add(tp)
 
     def forget(self, tps: Iterable[TP]) -> None:
         """Partitions were revoked: the revoke lifted their pauses; drop what is known of them."""

@@ -27,6 +27,7 @@ may commit everything settled so far (at a rebalance and at shutdown).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -74,10 +75,13 @@ class Outbox:
         producer: Producer,
         tiers: list[tuple[float, str]],
         partitions: int,
+        wrote: Callable[[str, str], None] | None = None,
     ) -> None:
         """``tiers`` are the retry tiers (delay, topic); ``partitions`` the lane partitions, by
-        which attempts are grouped into digests."""
+        which attempts are grouped into digests; ``wrote`` hears of each record written to a
+        tier (topic, key), so a tier partition paused while idle is read again at once."""
         self._producer = producer
+        self._wrote = wrote
         self._tiers = tiers
         self._tier_names = [format_duration(delay) for delay, _ in tiers]
         self._attempts = settings.topic("attempts")
@@ -104,7 +108,7 @@ class Outbox:
         if counts_as_delivery(outcome.attempt):
             self._digest(sub_id, outcome.attempt)
         if outcome.retry is not None and outcome.retry_tier is not None:
-            self._send(self._tiers[outcome.retry_tier][1], sub_id, codec.encode(outcome.retry))
+            self._to_tier(self._tiers[outcome.retry_tier][1], sub_id, codec.encode(outcome.retry))
             metrics.record_retry(self._tier_names[outcome.retry_tier])
         if outcome.dead_letter is not None:
             self.dead_letter(outcome.dead_letter)
@@ -127,7 +131,12 @@ class Outbox:
             if (1 - jitter) * delay <= wait_s:
                 tier = index
         deferred = replace(delivery, due_at=due_at_ms)
-        self._send(self._tiers[tier][1], delivery.subscription_id, codec.encode(deferred))
+        self._to_tier(self._tiers[tier][1], delivery.subscription_id, codec.encode(deferred))
+
+    def _to_tier(self, topic: str, key: str, value: bytes) -> None:
+        self._send(topic, key, value)
+        if self._wrote is not None:
+            self._wrote(topic, key)
 
     def health(self, outcome: HealthOutcome) -> None:
         """Queue a delivery's terminal outcome; written (aggregated) at the next flush."""

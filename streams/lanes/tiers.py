@@ -160,5 +160,10 @@ class TierTimers:
         """The tier partitions paused at the consumer now (a resume owed included)."""
         return self._paused | self._resume
 
+    def busy(self) -> set[TP]:
+        """The tier partitions paused here, and those with retries waiting in memory: the lane
+        is in use, so it stays in the fetches (`IdleLanes` leaves it alone)."""
+        return self.paused() | {tp for tp, pending in self._timers.items() if pending}
+
     def partitions(self) -> list[TP]:
         return list(self._timers)

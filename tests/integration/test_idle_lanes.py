@@ -1,7 +1,7 @@
 """`IdleLanes` on the real broker (P2, D1): a quiet, caught-up partition leaves the fetches and
 comes back when a record lands on it; the record is read, nothing is lost.
 
-The consumer reads a topic of two partitions, as the dispatcher reads the backfill lane; the test's
+The consumer reads a topic of two partitions, as the dispatcher reads a retry tier; the test's
 loop makes the dispatcher's calls (a read, then `IdleLanes.step`) while `IdleLanes.watch` runs
 on the event loop, and checks the pauses against what the consumer actually returns.
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from streams.adapters.kafka_clients import make_consumer
+from streams.adapters.kafka_clients import make_consumer, partition_of
 from streams.lanes.idle import CHECK_S, IdleLanes
 from streams.settings import Settings
 
@@ -32,7 +32,7 @@ class Lane:
     def __init__(self, settings: Settings, topic: str) -> None:
         self.assigned: set[TP] = set()
         self.consumer: Consumer = make_consumer(settings, "idle")
-        self.idle = IdleLanes(settings, [topic], self.assigned)
+        self.idle = IdleLanes(settings, [topic], self.assigned, 2)
         self.read: list[tuple[TP, bytes]] = []
 
         def on_assign(_consumer: Consumer, parts: list[TopicPartition]) -> None:
@@ -115,4 +115,26 @@ async def test_p2_f3_a_partition_another_pauser_holds_is_left_to_it(
     finally:
         stop.set()
         watch.cancel()
+        await asyncio.to_thread(lane.consumer.close)
+
+
+async def test_f4_d6_a_retry_this_worker_writes_wakes_its_partition_without_the_watch(
+    make_settings: Callable[..., Settings], topic: str
+) -> None:
+    """A retry or deferral the outbox writes (`IdleLanes.wrote`) resumes its paused partition
+    at the next step: no watch runs here, so only that can wake it."""
+    settings = make_settings()
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap})
+    lane = Lane(settings, topic)
+    both = {(topic, 0), (topic, 1)}
+    try:
+        await lane.until(lambda: set(lane.idle.paused) == both, "both partitions paused")
+        key = next(k for k in (f"sub-{n}" for n in range(100)) if partition_of(k, 2) == 1)
+        producer.produce(topic, b"retry", key=key.encode(), partition=1)
+        producer.flush(10)
+        lane.idle.wrote(topic, key)
+        await lane.until(lambda: len(lane.read) == 1, "the retry on the woken partition")
+        assert lane.read == [((topic, 1), b"retry")]
+        assert set(lane.idle.paused) == {(topic, 0)}
+    finally:
         await asyncio.to_thread(lane.consumer.close)
