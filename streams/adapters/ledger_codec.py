@@ -156,16 +156,21 @@ def index_fields(data: bytes) -> IndexFields:
         started_at, at = _fast_varint(data, at + 1 + (n >> 1))
         at = _skip(data, _skip(data, at + _DOUBLE.size))  # duration_ms, outcome, reason
         state, _ = _text(data, at)
-        sub_id = sub.decode()
-        tenant_id = tenant.decode()
-        delivery.decode()  # a key holds valid UTF-8 only
+        return _fields(delivery, sub, tenant, attempt, started_at, state)
     except (IndexError, UnicodeDecodeError) as exc:
         raise DecodeError("invalid_avro", f"an Attempt body is not valid: {exc!r}") from exc
+
+
+def _fields(
+    delivery: bytes, sub: bytes, tenant: bytes, attempt: int, started_at: int, state: str
+) -> IndexFields:
+    """The index fields from the parts read; UnicodeDecodeError if an id is not UTF-8."""
+    delivery.decode()  # a key holds valid UTF-8 only
     return IndexFields(
         _BE2.pack(len(delivery)) + delivery,
         _BE2.pack(len(sub)) + sub,
-        sub_id,
-        tenant_id,
+        sub.decode(),
+        tenant.decode(),
         attempt,
         started_at,
         state,
@@ -184,22 +189,11 @@ def _general_fields(data: bytes) -> IndexFields:
         started_at, at = _varint(data, at)
         at = _skip(data, _skip(data, at + _DOUBLE.size))  # duration_ms, outcome, reason
         state, _ = _text(data, at)
-        sub_id = sub.decode()
-        tenant_id = tenant.decode()
-        delivery.decode()
+        if len(delivery) > 0xFFFF or len(sub) > 0xFFFF:
+            raise DecodeError("invalid_avro", "an id longer than 65,535 bytes")
+        return _fields(delivery, sub, tenant, attempt, started_at, state)
     except (IndexError, UnicodeDecodeError) as exc:
         raise DecodeError("invalid_avro", f"an Attempt body is not valid: {exc!r}") from exc
-    if len(delivery) > 0xFFFF or len(sub) > 0xFFFF:
-        raise DecodeError("invalid_avro", "an id longer than 65,535 bytes")
-    return IndexFields(
-        _BE2.pack(len(delivery)) + delivery,
-        _BE2.pack(len(sub)) + sub,
-        sub_id,
-        tenant_id,
-        attempt,
-        started_at,
-        state,
-    )
 
 
 def attempt_fields(data: bytes) -> AttemptFields:
