@@ -21,10 +21,8 @@ from collections.abc import Callable
 from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
     Consumer,
-    KafkaException,
     Message,
     Producer,
-    TopicPartition,
 )
 
 from streams import metrics
@@ -35,7 +33,6 @@ from streams.adapters.http import Transport
 from streams.adapters.kafka_clients import (
     LaneThread,
     ProduceError,
-    commit,
     coordinates,
     make_consumer,
     take,
@@ -49,11 +46,11 @@ from streams.domain.offsets import OffsetTracker
 from streams.domain.ratelimit import rate_raised
 from streams.errors import DecodeError, HookstreamError
 from streams.lanes.breakers import FleetBreakers, routed_share, worker_id
+from streams.lanes.dispatch_rebalance import Rebalancing
 from streams.lanes.flow import FlowControl
 from streams.lanes.idle import IdleLanes
 from streams.lanes.intake import PARTITION_SHARE, IntakePacer, serve_group_events
 from streams.lanes.outbox import Outbox
-from streams.lanes.recall import recall_successes, recallable
 from streams.lanes.sending import Sender
 from streams.lanes.tiers import TierTimers
 from streams.settings import Settings
@@ -62,8 +59,6 @@ log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 COMMIT_INTERVAL_S = 0.2
-# How long a rebalance waits for attempts under way on revoked partitions.
-REVOKE_GRACE_S = 10.0
 # Lanes whose deliveries are parked (dead-lettered with the subscription's status as reason)
 # instead of attempted while the subscription is suspended or disabled: the live lane's
 # deliveries already in flight finish (H4); waiting retries and backfills do not go out.
@@ -79,7 +74,7 @@ UNCOMMITTED_CAP_PER_SLOT = 4
 BUFFER_PER_SLOT = 32
 
 
-class Dispatcher:
+class Dispatcher(Rebalancing):
     def __init__(
         self,
         settings: Settings,
@@ -155,93 +150,6 @@ class Dispatcher:
         self._reads: LaneThread | None = None  # the thread of the consumer's calls, in `run`
         self._loop: asyncio.AbstractEventLoop | None = None
         self.settled_count = 0
-
-    # --- rebalance ------------------------------------------------------------------------
-    def _is_assigned(self, tp: TP) -> bool:
-        return tp in self._assigned
-
-    def _rebalance_count(self) -> int:
-        return self._rebalances
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._rebalances += 1
-        recall_successes(
-            self._settings, self._recent, recallable(consumer, partitions), self._clock
-        )
-        with self._lock:
-            self._assigned.update((p.topic, p.partition) for p in partitions)
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._rebalances += 1
-        tps = [(p.topic, p.partition) for p in partitions]
-        # librdkafka keeps a partition paused across a rebalance that hands it back, while the
-        # pause bookkeeping goes (`_cancel_timers`): lift the pauses, or it is never read (D1)
-        try:
-            consumer.resume(partitions)
-        except KafkaException as exc:
-            log.warning("revoked partitions not resumed: %s", exc)
-        # Let attempts already under way on these partitions finish and settle first (one
-        # deadline), so their offsets are committed and the new owner does not send them again.
-        deadline = time.monotonic() + REVOKE_GRACE_S
-        while time.monotonic() < deadline and any(self._flow.running[tp] > 0 for tp in tps):
-            time.sleep(0.05)
-        try:
-            positions = self._release_on_loop(tps)
-        except Exception as exc:  # nothing committed: the new owner replays from the last commit
-            log.warning("revoked partitions not released: %s", exc)
-            positions = {}
-        try:
-            if self._producer.flush(10) == 0:
-                commit(consumer, positions)
-        except Exception as exc:  # the new owner replays from the last commit: at-least-once
-            log.warning("commit on revoke failed: %s", exc)
-        # the dispatcher's coroutine is inside `take` now: it touches neither of these meanwhile
-        self._outbox.forget(tps)
-        self._committer.forget(tps)
-        loop = self._loop
-        if loop is not None:
-            loop.call_soon_threadsafe(self._cancel_timers, tps)
-
-    def _release(self, tps: list[TP]) -> dict[TP, int]:
-        """Write the outbox's buffered health outcomes and digests, then take revoked
-        partitions' positions out of the tracker. On the event loop, where deliveries settle,
-        both happen between two settlements: every delivery settled under those positions has
-        every record produced, so committing them after a producer flush loses none (D1, D10)."""
-        self._outbox.write_buffered()
-        with self._lock:
-            positions = {tp: pos for tp in tps if (pos := self._tracker.position(tp)) is not None}
-            self._tracker.revoke(tps)
-            self._assigned.difference_update(tps)
-        return positions
-
-    async def _released(self, tps: list[TP]) -> dict[TP, int]:
-        return self._release(tps)
-
-    def _release_on_loop(self, tps: list[TP]) -> dict[TP, int]:
-        """`_release` on the dispatcher's event loop, waited for: a rebalance callback runs on
-        the lane's read thread, while the outbox belongs to the loop. In place when the loop is
-        this thread's, or not running (nothing settles on it)."""
-        loop = self._loop
-        try:
-            here = asyncio.get_running_loop() is loop
-        except RuntimeError:
-            here = False
-        if loop is None or here or not loop.is_running():
-            return self._release(tps)
-        try:
-            released = asyncio.run_coroutine_threadsafe(self._released(tps), loop)
-        except RuntimeError:  # closed meanwhile
-            return self._release(tps)
-        return released.result(timeout=REVOKE_GRACE_S)
-
-    def _cancel_timers(self, tps: list[TP]) -> None:
-        self._flow.forget(set(tps))
-        for tp in tps:
-            for delivery_id in self._pending_at.pop(tp, {}).values():
-                self._unpend(delivery_id)
-            self._intake.paused.discard(tp)
-        self._tiers_held.cancel(tps)
-        self._idle.forget(tps)
 
     # --- intake ---------------------------------------------------------------------------
     def _take(self, msg: Message) -> None:

@@ -1,0 +1,148 @@
+"""What the dispatcher does when Kafka moves its partitions (D1, Q1).
+
+Librdkafka calls `Rebalancing._on_assign` and `Rebalancing._on_revoke` on the lane's read thread,
+inside a ``take``. An assignment recalls the partitions' recent successes (the dedup window);
+a revocation lets attempts under way finish, writes what the outbox buffers, commits the
+positions settled so far after a producer flush, and then forgets the partitions' timers, pauses
+and pending copies on the event loop. `streams.lanes.dispatcher.Dispatcher` holds the state
+these work on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from streams.adapters.commits import AsyncCommitter
+from streams.adapters.kafka_clients import commit
+from streams.domain.dedup import RecentSuccesses
+from streams.domain.offsets import OffsetTracker
+from streams.lanes.flow import FlowControl
+from streams.lanes.idle import IdleLanes
+from streams.lanes.intake import IntakePacer
+from streams.lanes.outbox import Outbox
+from streams.lanes.recall import recall_successes, recallable
+from streams.lanes.tiers import TierTimers
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+#: How long a rebalance waits for attempts under way on revoked partitions.
+REVOKE_GRACE_S = 10.0
+
+
+class Rebalancing:
+    """The dispatcher's rebalance callbacks, and the release of revoked partitions."""
+
+    _settings: Settings
+    _clock: Callable[[], float]
+    _producer: Producer
+    _assigned: set[TP]
+    _rebalances: int
+    _lock: threading.Lock
+    _recent: RecentSuccesses
+    _tracker: OffsetTracker
+    _flow: FlowControl
+    _outbox: Outbox
+    _committer: AsyncCommitter
+    _intake: IntakePacer
+    _tiers_held: TierTimers
+    _idle: IdleLanes
+    _pending_at: dict[TP, dict[int, str]]
+    _loop: asyncio.AbstractEventLoop | None
+
+    def _unpend(self, delivery_id: str) -> None:
+        """One copy of ``delivery_id`` is no longer pending (the dispatcher's bookkeeping)."""
+        raise NotImplementedError
+
+    def _is_assigned(self, tp: TP) -> bool:
+        return tp in self._assigned
+
+    def _rebalance_count(self) -> int:
+        return self._rebalances
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
+        recall_successes(
+            self._settings, self._recent, recallable(consumer, partitions), self._clock
+        )
+        with self._lock:
+            self._assigned.update((p.topic, p.partition) for p in partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
+        tps = [(p.topic, p.partition) for p in partitions]
+        # librdkafka keeps a partition paused across a rebalance that hands it back, while the
+        # pause bookkeeping goes (`_cancel_timers`): lift the pauses, or it is never read (D1)
+        try:
+            consumer.resume(partitions)
+        except KafkaException as exc:
+            log.warning("revoked partitions not resumed: %s", exc)
+        # Let attempts already under way on these partitions finish and settle first (one
+        # deadline), so their offsets are committed and the new owner does not send them again.
+        deadline = time.monotonic() + REVOKE_GRACE_S
+        while time.monotonic() < deadline and any(self._flow.running[tp] > 0 for tp in tps):
+            time.sleep(0.05)
+        try:
+            positions = self._release_on_loop(tps)
+        except Exception as exc:  # nothing committed: the new owner replays from the last commit
+            log.warning("revoked partitions not released: %s", exc)
+            positions = {}
+        try:
+            if self._producer.flush(10) == 0:
+                commit(consumer, positions)
+        except Exception as exc:  # the new owner replays from the last commit: at-least-once
+            log.warning("commit on revoke failed: %s", exc)
+        # the dispatcher's coroutine is inside `take` now: it touches neither of these meanwhile
+        self._outbox.forget(tps)
+        self._committer.forget(tps)
+        loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self._cancel_timers, tps)
+
+    def _release(self, tps: list[TP]) -> dict[TP, int]:
+        """Write the outbox's buffered health outcomes and digests, then take revoked
+        partitions' positions out of the tracker. On the event loop, where deliveries settle,
+        both happen between two settlements: every delivery settled under those positions has
+        every record produced, so committing them after a producer flush loses none (D1, D10)."""
+        self._outbox.write_buffered()
+        with self._lock:
+            positions = {tp: pos for tp in tps if (pos := self._tracker.position(tp)) is not None}
+            self._tracker.revoke(tps)
+            self._assigned.difference_update(tps)
+        return positions
+
+    async def _released(self, tps: list[TP]) -> dict[TP, int]:
+        return self._release(tps)
+
+    def _release_on_loop(self, tps: list[TP]) -> dict[TP, int]:
+        """`_release` on the dispatcher's event loop, waited for: a rebalance callback runs on
+        the lane's read thread, while the outbox belongs to the loop. In place when the loop is
+        this thread's, or not running (nothing settles on it)."""
+        loop = self._loop
+        try:
+            here = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            here = False
+        if loop is None or here or not loop.is_running():
+            return self._release(tps)
+        try:
+            released = asyncio.run_coroutine_threadsafe(self._released(tps), loop)
+        except RuntimeError:  # closed meanwhile
+            return self._release(tps)
+        return released.result(timeout=REVOKE_GRACE_S)
+
+    def _cancel_timers(self, tps: list[TP]) -> None:
+        self._flow.forget(set(tps))
+        for tp in tps:
+            for delivery_id in self._pending_at.pop(tp, {}).values():
+                self._unpend(delivery_id)
+            self._intake.paused.discard(tp)
+        self._tiers_held.cancel(tps)
+        self._idle.forget(tps)
