@@ -57,7 +57,8 @@ from streams.adapters import codec
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import partition_of
 from streams.agents.owners import Owners, moving, peer_view
-from streams.domain.analytics import SubscriptionData, Tally, fold_into, read_stored
+from streams.domain.analytics import SubscriptionData, Tally
+from streams.domain.analytics_store import fold_into, read_stored
 from streams.domain.analytics_window import Position, counts_as_delivery
 from streams.domain.models import AnalyticsDigest, Attempt, AttemptDigest
 from streams.errors import DecodeError, UnavailableError

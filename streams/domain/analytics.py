@@ -44,18 +44,16 @@ attempt as a tally of one, at the attempt's own position. Stored values name the
 ``digest_position``: values written when the agent read the ledger itself hold ledger positions
 under ``position``, which say nothing about digests, and read as holding none.
 
-`fold` is the one way records enter the state. `fold_into` and `read_stored` keep the state in
-two mappings of serialised values (the analytics agent's tables, or plain dicts in tests), and
-`MemoryAnalytics` keeps it as objects (a scan of the ledger).
+`fold` is the one way records enter the state. `MemoryAnalytics` keeps the state as objects (a
+scan of the ledger); `streams.domain.analytics_store` keeps it in two mappings of serialised
+values (the analytics agent's tables, or plain dicts in tests).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
-
-import orjson
 
 from streams.domain.analytics_window import (
     DUE_BUCKET_MS,
@@ -366,77 +364,3 @@ class MemoryAnalytics:
         mine = self.windows.get(sub_id, {})
         chosen = [mine[s] for s in sorted(index.windows) if s >= since and s in mine]
         return SubscriptionData(chosen, index.backlog)
-
-
-# --- the stored form: two mappings of serialised values --------------------------------------
-
-
-def window_key(subscription_id: str, start: int) -> bytes:
-    """The key of a subscription's window in the windows mapping."""
-    return f"{subscription_id}|{start}".encode()
-
-
-def _decoded(
-    read: Callable[[Any], Any], value: bytes | None, unreadable: list[bytes], key: bytes
-) -> Any:
-    if value is None:
-        return None
-    try:
-        return read(orjson.loads(value))
-    except (DecodeError, orjson.JSONDecodeError):
-        unreadable.append(key)  # started afresh: the caller logs it
-        return None
-
-
-def fold_into(
-    indexes: MutableMapping[bytes, bytes],
-    windows: MutableMapping[bytes, bytes],
-    subscription_id: str,
-    records: Iterable[tuple[Position, Tally]],
-) -> list[bytes]:
-    """`fold` one subscription's records into stored values: its index under its id in
-    ``indexes``, its windows under `window_key` in ``windows``. Writes the windows before the
-    index; returns the keys of values that could not be read and were started afresh."""
-    unreadable: list[bytes] = []
-    key = subscription_id.encode()
-    index = _decoded(SubscriptionIndex.from_dict, indexes.get(key), unreadable, key)
-
-    def load(start: int) -> WindowAggregate | None:
-        at = window_key(subscription_id, start)
-        found: WindowAggregate | None = _decoded(
-            WindowAggregate.from_dict, windows.get(at), unreadable, at
-        )
-        return found
-
-    result = fold(index or SubscriptionIndex(), load, records)
-    for start, window in result.windows.items():
-        windows[window_key(subscription_id, start)] = orjson.dumps(window.to_dict())
-    for start in result.expired:
-        old = window_key(subscription_id, start)
-        if old in windows:
-            del windows[old]
-    if result.index_changed:
-        indexes[key] = orjson.dumps(result.index.to_dict())
-    return unreadable
-
-
-def read_stored(
-    indexes: Mapping[bytes, bytes],
-    windows: Mapping[bytes, bytes],
-    subscription_id: str,
-    since: int,
-) -> SubscriptionData | None:
-    """A subscription's windows starting at or after ``since``, and its backlog, from stored
-    values; None if it has none (an unreadable value reads as none)."""
-    ignored: list[bytes] = []
-    key = subscription_id.encode()
-    index = _decoded(SubscriptionIndex.from_dict, indexes.get(key), ignored, key)
-    if index is None:
-        return None
-    chosen = []
-    for start in sorted(w for w in index.windows if w >= since):
-        at = window_key(subscription_id, start)
-        window = _decoded(WindowAggregate.from_dict, windows.get(at), ignored, at)
-        if window is not None:
-            chosen.append(window)
-    return SubscriptionData(chosen, index.backlog)

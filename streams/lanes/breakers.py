@@ -31,7 +31,8 @@ from collections.abc import Callable
 
 from streams import metrics
 from streams.adapters.breaker_log import BreakerLog
-from streams.domain.breaker import BreakerConfig, BreakerRegistry, BreakerState
+from streams.domain.breaker import BreakerConfig, BreakerState
+from streams.domain.breaker_registry import BreakerRegistry
 from streams.domain.fleet_breaker import (
     BreakerRecord,
     FleetDecision,

@@ -21,15 +21,8 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.domain.analytics import (
-    MemoryAnalytics,
-    RetryBacklog,
-    SubscriptionData,
-    Tally,
-    fold_into,
-    read_stored,
-    window_key,
-)
+from streams.domain.analytics import MemoryAnalytics, RetryBacklog, SubscriptionData, Tally
+from streams.domain.analytics_store import fold_into, read_stored, window_key
 from streams.domain.analytics_window import HOUR_MS, RETENTION_MS, Position, counts_as_delivery
 from streams.domain.models import Attempt, DeliveryState, Lane, OutcomeClass
 

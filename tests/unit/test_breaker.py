@@ -12,12 +12,12 @@ from streams.domain.breaker import (
     Admission,
     Breaker,
     BreakerConfig,
-    BreakerRegistry,
     BreakerState,
     Verdict,
     breaker_signal,
     origin_of,
 )
+from streams.domain.breaker_registry import BreakerRegistry
 from streams.domain.models import OutcomeClass
 
 CLOSED, OPEN, HALF_OPEN = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
