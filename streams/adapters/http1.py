@@ -18,6 +18,10 @@ connection, the race every keep-alive client meets when a receiver drops idle co
 receiver saw no complete request, or at worst a copy its webhook-id lets it drop (D2). A fresh
 connection is never retried. ``python -m bench.http_clients`` measures it against aiohttp
 (docs/benchmarks.md, "HTTP/1.1 client").
+
+This module decides which connection an exchange uses (pools, keep-alive, DNS, that one retry,
+the timeout, the mapping of failures); the bytes on a connection, the request head written and
+the llhttp protocol reading the answer, are in `streams.adapters.http1_wire`.
 """
 
 from __future__ import annotations
@@ -26,19 +30,14 @@ import asyncio
 import socket
 import ssl
 from collections import deque
-from collections.abc import Mapping
 from time import monotonic, perf_counter
-from typing import cast
-from urllib.parse import quote, urlsplit
 
-import httptools
 from aiohttp.abc import AbstractResolver
 
 from streams.adapters.http import (
     _RESET_ERRORS,
     DEFAULT_BODY_CAP,
     DEFAULT_EXCERPT_BYTES,
-    USER_AGENT,
     HttpRequest,
     HttpResponse,
     _failure,
@@ -46,152 +45,17 @@ from streams.adapters.http import (
     check_body_caps,
     ip_literal,
 )
+from streams.adapters.http1_wire import (
+    H1Connection,
+    Origin,
+    _ProtocolError,
+    head_start,
+    header_block,
+)
 from streams.domain.models import FailureKind
 from streams.errors import TransportError
 
-#: Headers hookstream writes itself; a caller's copy of one of them is an error, not a header.
-_OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
-_DEFAULTS = (
-    ("user-agent", f"User-Agent: {USER_AGENT}"),
-    ("accept-encoding", "Accept-Encoding: identity"),
-)
-_FORBIDDEN_IN_HEADERS = ("\r", "\n", "\0")
 _URL_CACHE_SIZE = 4096
-# Characters a request target keeps as they are; anything else (spaces, controls, non-ASCII) is
-# percent-encoded, and existing escapes are left alone.
-_PATH_SAFE = "!#$%&'()*+,/:;=?@[]~"
-
-Origin = tuple[str, str, int]  # scheme, host, port
-
-
-class _ProtocolError(Exception):
-    """The peer broke HTTP: a response llhttp cannot parse, or an upgrade nobody asked for."""
-
-
-class _ClosedEarlyError(ConnectionResetError):
-    """The connection ended before the response did."""
-
-
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection; it carries one exchange at a time."""
-
-    def __init__(self, body_cap: int, excerpt_bytes: int) -> None:
-        self._body_cap = body_cap
-        self._excerpt_bytes = excerpt_bytes
-        self._parser = httptools.HttpResponseParser(self)
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
-        self.reused = False
-        self.idle_since = 0.0
-        self._waiter: asyncio.Future[None] | None = None
-        self.status = 0
-        self.retry_after: str | None = None
-        self.excerpt = b""
-        self.read = 0
-        self.answered = False  # a byte of the current response arrived
-        self.complete = False
-        self.reusable = False
-        self._headers_done = False
-        self._length_known = False
-
-    # --- the exchange -----------------------------------------------------------------------
-
-    def start(self, head: bytes, body: bytes) -> asyncio.Future[None]:
-        """Write one request; the future resolves when its response is complete."""
-        assert self.transport is not None
-        self.status = 0
-        self.retry_after = None
-        self.excerpt = b""
-        self.read = 0
-        self.answered = self.complete = self.reusable = False
-        self._headers_done = self._length_known = False
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
-        self.transport.write(head + body)
-        return waiter
-
-    def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.abort()  # never a graceful close: nothing more is owed either way
-
-    def _finish(self, error: BaseException | None = None) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is None or waiter.done():
-            return
-        if error is None:
-            waiter.set_result(None)
-        else:
-            waiter.set_exception(error)
-
-    # --- asyncio.Protocol -------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's TCP transports implement asyncio.Transport without subclassing it
-        self.transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        if self._waiter is None:  # bytes nobody asked for: the connection cannot be trusted
-            self.close()
-            return
-        self.answered = True
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._finish(_ProtocolError("the endpoint switched protocols unasked"))
-            self.close()
-        except httptools.HttpParserError as exc:
-            self._finish(_ProtocolError(f"unparseable response: {exc}"))
-            self.close()
-
-    def eof_received(self) -> bool | None:
-        return None  # let the transport close; connection_lost settles the exchange
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self._waiter is None:
-            return
-        if self._headers_done and not self._length_known and exc is None:
-            self.complete = True  # a body delimited by the end of the connection (HTTP/1.0)
-            self._finish()
-            return
-        if self._headers_done:
-            error = _ClosedEarlyError("the connection ended before the response body did")
-        else:
-            error = _ClosedEarlyError("the endpoint closed the connection before answering")
-        error.__cause__ = exc  # whatever broke it, the exchange was cut short
-        self._finish(error)
-
-    # --- llhttp callbacks -------------------------------------------------------------------
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        lowered = name.lower()
-        if lowered == b"retry-after":
-            if self.retry_after is None:
-                self.retry_after = value.decode("latin-1")
-        elif lowered in (b"content-length", b"transfer-encoding"):
-            self._length_known = True
-
-    def on_headers_complete(self) -> None:
-        self.status = self._parser.get_status_code()
-        self._headers_done = self.status >= 200  # a 1xx is followed by the real answer
-
-    def on_body(self, body: bytes) -> None:
-        if len(self.excerpt) < self._excerpt_bytes:
-            self.excerpt += body[: self._excerpt_bytes - len(self.excerpt)]
-        self.read += len(body)
-        if self.read >= self._body_cap:
-            self.complete = True  # enough: the rest is never read, the connection is dropped
-            self._finish()
-            self.close()
-
-    def on_message_complete(self) -> None:
-        if self.status < 200:
-            self.retry_after = None
-            self._length_known = False
-            return
-        self.complete = True
-        self.reusable = self._parser.should_keep_alive()
-        self._finish()
 
 
 class _Pool:
@@ -200,7 +64,7 @@ class _Pool:
     __slots__ = ("busy", "idle", "slots")
 
     def __init__(self, limit: int) -> None:
-        self.idle: deque[_Connection] = deque()
+        self.idle: deque[H1Connection] = deque()
         self.slots = asyncio.Semaphore(limit)
         self.busy = 0
 
@@ -277,7 +141,7 @@ class H1Transport:
             pool = self._pool(origin)
             async with pool.slots:
                 pool.busy += 1
-                connection: _Connection | None = None
+                connection: H1Connection | None = None
                 try:
                     connection = self._idle(pool) or await self._connect(origin)
                     try:
@@ -300,7 +164,7 @@ class H1Transport:
             (perf_counter() - started) * 1000.0,
         )
 
-    def _release(self, pool: _Pool, connection: _Connection) -> None:
+    def _release(self, pool: _Pool, connection: H1Connection) -> None:
         """Pool a connection whose exchange ended cleanly; close any other."""
         if connection.reusable and not connection.closed and not self._closed:
             connection.reused = True
@@ -322,7 +186,7 @@ class H1Transport:
             pool = self._pools[origin] = _Pool(self._per_host_limit)
         return pool
 
-    def _idle(self, pool: _Pool) -> _Connection | None:
+    def _idle(self, pool: _Pool) -> H1Connection | None:
         expired = monotonic() - self._keepalive_s
         while pool.idle:
             connection = pool.idle.pop()
@@ -341,7 +205,7 @@ class H1Transport:
             if not pool.idle and pool.busy == 0:
                 del self._pools[origin]
 
-    async def _connect(self, origin: Origin) -> _Connection:
+    async def _connect(self, origin: Origin) -> H1Connection:
         scheme, host, port = origin
         tls = scheme == "https"
         loop = asyncio.get_running_loop()
@@ -349,7 +213,7 @@ class H1Transport:
         for address in await self._addresses(host, port):
             try:
                 _, connection = await loop.create_connection(
-                    lambda: _Connection(self._body_cap, self._excerpt_bytes),
+                    lambda: H1Connection(self._body_cap, self._excerpt_bytes),
                     address,
                     port,
                     ssl=self._ssl if tls else None,
@@ -389,52 +253,12 @@ class H1Transport:
     def _head(self, request: HttpRequest) -> tuple[Origin, bytes]:
         target = self._urls.get(request.url)
         if target is None:
-            target = _target(request.url)
+            target = head_start(request.url)
             if len(self._urls) >= _URL_CACHE_SIZE:
                 self._urls.clear()
             self._urls[request.url] = target
         origin, start = target
-        return origin, start + _header_block(request.headers, len(request.body))
-
-
-def _target(url: str) -> tuple[Origin, bytes]:
-    """The origin of ``url`` and the start of its request head, up to the Host line."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme not in ("http", "https"):
-        raise ValueError(f"not an http(s) URL: {url!r}")
-    host = parts.hostname
-    if not host:
-        raise ValueError(f"no host in URL {url!r}")
-    if not host.isascii():
-        host = host.encode("idna").decode("ascii")
-    port = parts.port or (443 if scheme == "https" else 80)
-    path = quote(parts.path or "/", safe=_PATH_SAFE)
-    if parts.query:
-        path += "?" + quote(parts.query, safe=_PATH_SAFE)
-    shown = f"[{host}]" if ":" in host else host
-    default_port = port == (443 if scheme == "https" else 80)
-    host_header = shown if default_port else f"{shown}:{port}"
-    start = f"POST {path} HTTP/1.1\r\nHost: {host_header}\r\n".encode("ascii")
-    return (scheme, host, port), start
-
-
-def _header_block(headers: Mapping[str, str], length: int) -> bytes:
-    names = set()
-    lines = []
-    for name, value in headers.items():
-        lowered = name.lower()
-        if lowered in _OWN_HEADERS:
-            raise ValueError(f"header {name!r} is set by the transport")
-        if any(c in name or c in value for c in _FORBIDDEN_IN_HEADERS) or ":" in name:
-            raise ValueError(f"header {name!r} has a line break, a NUL or a colon in it")
-        names.add(lowered)
-        lines.append(f"{name}: {value}\r\n")
-    for lowered, line in _DEFAULTS:
-        if lowered not in names:
-            lines.append(line + "\r\n")
-    lines.append(f"Content-Length: {length}\r\n\r\n")
-    return "".join(lines).encode("latin-1")
+        return origin, start + header_block(request.headers, len(request.body))
 
 
 def _failure_of(exc: BaseException) -> TransportError:

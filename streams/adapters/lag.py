@@ -28,6 +28,9 @@ read gets no time-lag value in that round.
 On a retry tier, committed offsets trail by design: the dispatcher holds each retry record
 until it is due and commits it once it is settled, so a tier's time lag normally stays below
 its delay plus the jitter. docs/observability.md explains how the alerts account for it.
+
+This module takes the measurement; the report it returns, and the arithmetic of positions, lags
+and ages, is `streams.adapters.lag_report`.
 """
 
 from __future__ import annotations
@@ -36,9 +39,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -49,6 +51,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from streams.adapters import lag_metrics
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import LIBRDKAFKA_LOG, KafkaIOError
+from streams.adapters.lag_report import LagReport, PartitionLag, hookstream_groups
 from streams.domain.durations import format_duration
 from streams.settings import Settings
 
@@ -62,72 +65,6 @@ REQUEST_TIMEOUT_S = 15.0
 TP = tuple[str, int]
 _EARLIEST = OffsetSpec.earliest()  # type: ignore[no-untyped-call]  # unannotated in the library
 _LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionLag:
-    """One partition as one consumer group sees it."""
-
-    group: str
-    topic: str
-    partition: int
-    committed: int | None  # None: the group never committed this partition
-    low: int  # log start offset
-    high: int  # high watermark (log end offset)
-    oldest_timestamp_ms: int | None = None  # timestamp of the record at `position`, if read
-
-    @property
-    def position(self) -> int:
-        """Where the group resumes: its commit, clamped into the log (earliest when none)."""
-        if self.committed is None or self.committed < self.low:
-            return self.low
-        return min(self.committed, self.high)
-
-    @property
-    def lag(self) -> int:
-        return self.high - self.position
-
-
-@dataclass(frozen=True, slots=True)
-class TopicLag:
-    """One topic as one consumer group sees it: summed records, the oldest record's age."""
-
-    group: str
-    topic: str
-    partitions: int
-    lag: int
-    age_s: float | None  # None: lagging, but no lagging partition could be read this round
-
-
-@dataclass(frozen=True, slots=True)
-class LagReport:
-    taken_at: float  # unix seconds
-    partitions: tuple[PartitionLag, ...]
-
-    def topics(self) -> list[TopicLag]:
-        """Per (group, topic) totals, sorted by group then topic."""
-        grouped: dict[tuple[str, str], list[PartitionLag]] = {}
-        for part in self.partitions:
-            grouped.setdefault((part.group, part.topic), []).append(part)
-        return [
-            TopicLag(group, topic, len(parts), sum(p.lag for p in parts), self._age(parts))
-            for (group, topic), parts in sorted(grouped.items())
-        ]
-
-    def _age(self, parts: list[PartitionLag]) -> float | None:
-        lagging = [p for p in parts if p.lag > 0]
-        if not lagging:
-            return 0.0
-        stamps = [p.oldest_timestamp_ms for p in lagging if p.oldest_timestamp_ms is not None]
-        if not stamps:
-            return None
-        return max(0.0, self.taken_at - min(stamps) / 1000)
-
-
-def hookstream_groups(group_id: str, names: Iterable[str]) -> list[str]:
-    """The groups among ``names`` that belong to the pipeline whose group id is ``group_id``."""
-    lane_prefix = f"{group_id}-"
-    return sorted(n for n in set(names) if n == group_id or n.startswith(lane_prefix))
 
 
 def _wait(future: Future[Any], what: str) -> Any:

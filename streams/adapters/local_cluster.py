@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from streams.adapters.kafka_jars import require_tool
 from streams.adapters.local_kafka import (
     _TOOL_HEAP,
     Endpoint,
@@ -41,7 +42,6 @@ from streams.adapters.local_kafka import (
     StopResult,
     _escape,
     _process_alive,
-    _require_tool,
     parse_bootstrap,
 )
 from streams.errors import ConfigError, LocalKafkaError
@@ -160,7 +160,7 @@ class ClusterNode(LocalKafka):
 
     def launch(self) -> int:
         """Start the node's JVM unless it runs; do not wait (a lone voter elects no leader)."""
-        java = _require_tool("java")
+        java = require_tool("java")
         with self._lock():
             pid = self.running_pid()
             if pid is not None:

@@ -2,8 +2,8 @@
 
 hookstream runs a real single-node Apache Kafka (KRaft, combined broker and controller) without
 Docker: Maven resolves the broker's jars from Maven Central once, into a cache under the data
-dir, and Java 17 runs ``kafka.Kafka`` from them. Everything the broker owns lives in
-``settings.kafka_dir``::
+dir (`streams.adapters.kafka_jars`), and Java 17 runs ``kafka.Kafka`` from them. Everything the
+broker owns lives in ``settings.kafka_dir``::
 
     jars/              the resolved jars; a marker holds the pom's hash, so a pom change re-resolves
     data/              log.dirs, formatted once (meta.properties)
@@ -21,21 +21,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import os
-import shutil
 import signal
 import socket
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from streams.adapters import kafka_jars
 from streams.errors import ConfigError, LocalKafkaError
 from streams.settings import Settings
 
-JARS_MARKER = ".hookstream-resolved"
 BROKER_HEAP = ("-Xms256m", "-Xmx512m")
 _TOOL_HEAP = ("-Xmx256m",)
 # Starts the broker in the background of a short-lived shell, so that the broker is not a child
@@ -136,24 +133,6 @@ def render_server_properties(endpoint: Endpoint, log_dir: Path) -> str:
     return header + "".join(f"{key}={_escape(value)}\n" for key, value in values.items())
 
 
-def pom_digest(pom: Path) -> str:
-    return hashlib.sha256(pom.read_bytes()).hexdigest()
-
-
-def jars_complete(jars_dir: Path, pom: Path) -> bool:
-    """True when ``jars_dir`` holds a finished resolution of exactly this pom."""
-    marker = jars_dir / JARS_MARKER
-    try:
-        return marker.read_text().strip() == pom_digest(pom)
-    except FileNotFoundError:
-        return False
-
-
-def default_pom_path() -> Path:
-    """deploy/kafka/pom.xml of the source checkout hookstream is installed from (editable)."""
-    return Path(__file__).resolve().parents[2] / "deploy" / "kafka" / "pom.xml"
-
-
 def port_is_free(host: str, port: int) -> bool:
     """Whether a server could listen on ``host:port`` now (False when something else does)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -221,22 +200,6 @@ def _log_tail(path: Path, lines: int = 5) -> str:
     return " | ".join(kept[-lines:]) or "(no output)"
 
 
-def _first_error(output: str) -> str:
-    """The first Maven ``[ERROR]`` line of ``output``, else its last line: the one-line cause."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("[ERROR]")]
-    if errors:
-        return errors[0][:300]
-    return lines[-1][:300] if lines else "(no output)"
-
-
-def _require_tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise LocalKafkaError(f"`{name}` is not on PATH; the local Kafka needs Java 17+ and Maven")
-    return path
-
-
 class LocalKafka:
     """Starts, stops and inspects the single-node development broker of one data dir."""
 
@@ -253,7 +216,7 @@ class LocalKafka:
     ) -> None:
         self.endpoint = parse_bootstrap(settings.kafka_bootstrap)
         self.bootstrap = self.endpoint.address()
-        self.pom_path = (pom_path or default_pom_path()).resolve()
+        self.pom_path = (pom_path or kafka_jars.default_pom_path()).resolve()
         if not self.pom_path.is_file():
             raise LocalKafkaError(
                 f"the local Kafka pom is missing at {self.pom_path}; run hookstream from its "
@@ -275,7 +238,7 @@ class LocalKafka:
     def start(self) -> StartResult:
         """Start the broker (or find it already running) and wait until it answers metadata."""
         began = time.monotonic()
-        java = _require_tool("java")
+        java = kafka_jars.require_tool("java")
         with self._lock():
             pid = self.running_pid()
             already = pid is not None
@@ -329,21 +292,7 @@ class LocalKafka:
 
     def resolve_jars(self) -> bool:
         """Copy the broker's jars from Maven into the cache unless done; True if it ran Maven."""
-        if jars_complete(self.jars_dir, self.pom_path):
-            return False
-        mvn = _require_tool("mvn")
-        self._say(f"resolving Kafka's jars from Maven Central into {self.jars_dir} (once)")
-        partial = self.jars_dir.with_name(self.jars_dir.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        command = [mvn, "-q", "-B", "-f", str(self.pom_path), "dependency:copy-dependencies"]
-        command += [f"-DoutputDirectory={partial}", "-DincludeScope=runtime"]
-        output = self._run(command, "mvn dependency:copy-dependencies", timeout=900.0)
-        if not any(partial.glob("*.jar")):
-            raise LocalKafkaError(f"mvn copied no jars into {partial}: {_first_error(output)}")
-        (partial / JARS_MARKER).write_text(pom_digest(self.pom_path) + "\n")
-        shutil.rmtree(self.jars_dir, ignore_errors=True)
-        partial.rename(self.jars_dir)
-        return True
+        return kafka_jars.resolve_jars(self.pom_path, self.jars_dir, self._say)
 
     def render_properties(self) -> str:
         """This node's server.properties (a node of `LocalCluster` renders its own)."""
@@ -374,18 +323,7 @@ class LocalKafka:
         return [java, *heap, "-cp", classpath, log_config, *args]
 
     def _run(self, command: list[str], what: str, timeout: float) -> str:
-        try:
-            done = subprocess.run(  # noqa: S603  (fixed argv, no shell)
-                command, capture_output=True, text=True, timeout=timeout, check=False
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise LocalKafkaError(f"{what} did not finish within {timeout:.0f}s") from exc
-        except OSError as exc:
-            raise LocalKafkaError(f"{what} could not run: {exc}") from exc
-        output = done.stdout + done.stderr
-        if done.returncode != 0:
-            raise LocalKafkaError(f"{what} failed (exit {done.returncode}): {_first_error(output)}")
-        return output
+        return kafka_jars.run_tool(command, what, timeout)
 
     def _format_storage(self, java: str) -> None:
         if (self.log_dirs / "meta.properties").exists():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from streams.adapters.lag import LagReader, LagReport
+from streams.adapters.lag import LagReader
+from streams.adapters.lag_report import LagReport
 from streams.cli.common import echo_json, json_option, settings
 
 

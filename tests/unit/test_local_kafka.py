@@ -14,14 +14,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from streams.adapters.kafka_jars import JARS_MARKER, default_pom_path, jars_complete, pom_digest
 from streams.adapters.local_kafka import (
-    JARS_MARKER,
     Endpoint,
     LocalKafka,
-    default_pom_path,
-    jars_complete,
     parse_bootstrap,
-    pom_digest,
     port_is_free,
     render_server_properties,
 )

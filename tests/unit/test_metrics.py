@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streams import metrics
 from streams.adapters import gc_pauses, lag_metrics
-from streams.adapters.lag import LagReport, PartitionLag, hookstream_groups
+from streams.adapters.lag_report import LagReport, PartitionLag, hookstream_groups
 from streams.api import metrics_page
 from streams.metrics import REGISTRY
 
