@@ -228,9 +228,11 @@ class Faults:
             began = time.monotonic()
             with self.cluster.workers_lock:
                 code = worker.stop(60)
+                # a SIGTERM should end in exit 0; anything else keeps the log's end as evidence
+                # (one worker aborted, -6, in chaos-cluster-20261202T0928)
+                tail = worker.tail(60) if code != 0 else None
                 worker.start()
             worker.wait_ready(300)
-            steps.append(
-                {"worker": index, "exit": code, "ready_s": round(time.monotonic() - began, 1)}
-            )
+            step = {"worker": index, "exit": code, "ready_s": round(time.monotonic() - began, 1)}
+            steps.append(step if tail is None else {**step, "log_tail": tail})
         return {"workers": steps}

@@ -40,6 +40,7 @@ import yaml
 from confluent_kafka import Producer
 from prometheus_client import start_http_server
 
+import streams.api.metrics_page  # noqa: F401  (hookstream_build_info, as every worker serves it)
 from streams.adapters.lag import LagExporter
 from streams.metrics import REGISTRY
 from streams.settings import Settings

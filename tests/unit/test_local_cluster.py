@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from bench import summary
 from chaos.audit import Recorded, audit, expected_pairs
 from chaos.cluster_run import verdict
 from chaos.cluster_summary import ENTRY_ID, cluster_entry
@@ -166,6 +168,32 @@ def test_Q1_the_summary_entry_has_the_documented_shape() -> None:
     }  # fmt: skip
     assert entry["id"] == ENTRY_ID and entry["met"] is True and entry["value"] == 0.0
     assert entry["extra"]["lost"] == 0 and entry["extra"]["failover_s"] == [8.8]
+
+
+def test_Q1_a_recovery_run_records_q1_apart_from_the_recovery_checks() -> None:
+    """With --recovery the entry must still validate (a 50k run once failed to record it), and
+    a failed recovery scenario is reported beside Q1, not as a loss or a duplicate."""
+    pairs, events, recorded = _crafted_run()
+    found = audit(pairs, [e.id for e in events], recorded, dict.fromkeys(pairs, 1), {200: 6})
+    checks = {"recovery_one_suspension": False, "recovery_scenario_ran": False}
+    report: dict[str, Any] = {
+        "audit": found.as_dict(),
+        "faults": [{"step": "leader_kill", "failover_s": 8.8}],
+        "verdict": verdict(found, drained=True, faults_done=True, crashes=0) | checks,
+        "recovery": {"suspensions": 0, "notice_ids": 0, "checks": checks, "error": "Timeout"},
+    }
+    report["verdict"]["passed"] = False
+
+    entry = cluster_entry(report, "chaos/results/x.json", "abc", "2026-12-01T00:00:00Z")
+
+    summary.validate(entry | {"results_file": "bench/results/summary.json"})
+    assert entry["met"] is True
+    assert entry["extra"]["recovery"] == (
+        "failed: recovery_one_suspension, recovery_scenario_ran (Timeout)"
+    )
+    assert entry["extra"]["recovery_suspensions"] == 0
+    report["verdict"]["lost_is_zero"] = False
+    assert cluster_entry(report, "x", "abc", "2026-12-01T00:00:00Z")["met"] is False
 
 
 def test_X2_kafka_status_with_brokers_lists_every_node_and_exits_3_when_none_runs(
