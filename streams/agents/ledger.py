@@ -20,10 +20,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import quote
 
 from mode import Service
 
@@ -41,10 +43,30 @@ log = logging.getLogger(__name__)
 PEER_PATH: Final = "/internal/ledger"
 #: How often the reader is told which partitions this worker holds.
 FOLLOW_INTERVAL_S: Final = 0.5
-#: Deliveries whose attempt counts one request asks a peer for.
-COUNTS_PER_ASK: Final = 200
-#: Subscriptions whose health records one request names; past this it names partitions.
-HEALTH_IDS_PER_ASK: Final = 200
+#: Bytes of ids, URL-encoded, that one request to a peer names. Peers answer on aiohttp, which
+#: refuses a request line over 8,190 bytes with 400: 200 delivery ids (44 characters each, and an
+#: encoded comma) made 9.4 KB, and a backfill or DLQ replay of more than about 170 deliveries
+#: whose ledger another worker held failed on it (found by the 50k cluster run). The rest of the
+#: line (path, op, subscription id) fits in what is left.
+IDS_PER_ASK_BYTES: Final = 6_000
+_COMMA: Final = quote(",", safe="")
+
+
+def id_batches(ids: list[str], budget: int = IDS_PER_ASK_BYTES) -> Iterator[list[str]]:
+    """``ids`` in order, in runs whose comma-joined, URL-encoded form is at most ``budget``
+    bytes (an id longer than that goes alone)."""
+    batch: list[str] = []
+    used = 0
+    for one in ids:
+        cost = len(quote(one, safe="")) + len(_COMMA)
+        if batch and used + cost > budget:
+            yield batch
+            batch, used = [], 0
+        batch.append(one)
+        used += cost
+    if batch:
+        yield batch
+
 
 
 class LedgerState(LocalLedger):
@@ -155,8 +177,7 @@ class LedgerState(LocalLedger):
         """The lifetime attempt count (the highest attempt number) of each known delivery."""
         counts: dict[str, int] = {}
         partition = {partition_of(subscription_id, self.partitions)}
-        for start in range(0, len(delivery_ids), COUNTS_PER_ASK):
-            ids = delivery_ids[start : start + COUNTS_PER_ASK]
+        for ids in id_batches(delivery_ids):
             params = {"op": "counts", "subscription_id": subscription_id, "ids": ",".join(ids)}
             (answer,) = await self._route(
                 partition,
@@ -177,10 +198,10 @@ class LedgerState(LocalLedger):
             ids = [s for p in parts for s in by_partition[p]]
             if owner is None:
                 found.update(self.local_health(ids))
-            elif len(ids) <= HEALTH_IDS_PER_ASK:
+            elif len(list(itertools.islice(id_batches(ids), 2))) == 1:
                 params = {"op": "health", "ids": ",".join(ids)}
                 calls.append(self.owners.ask(owner, PEER_PATH, params))
-            else:  # too many for a URL: the owner answers every subscription it holds
+            else:  # too long for a URL: the owner answers every subscription it holds
                 params = {"op": "health", "partitions": ",".join(map(str, parts))}
                 calls.append(self.owners.ask(owner, PEER_PATH, params))
         wanted = set(subscription_ids)
