@@ -68,7 +68,6 @@ def id_batches(ids: list[str], budget: int = IDS_PER_ASK_BYTES) -> Iterator[list
         yield batch
 
 
-
 class LedgerState(LocalLedger):
     """The ledger state, dead letters and health records, read from any worker."""
 
