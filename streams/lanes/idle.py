@@ -54,6 +54,11 @@ CHECK_S = 1.0
 WATCH_S = 0.1
 #: How long one watermark request may take before every paused partition is resumed.
 ANSWER_S = 5.0
+#: After failing this long, the watch asks through a new admin client. librdkafka's admin
+#: client kept a leader epoch from before a rolling broker restart and every ListOffsets failed
+#: with FENCED_LEADER_EPOCH for as long as the worker ran (the 50k cluster chaos run of
+#: 2026-12-02: every paused partition resumed each watch, a warning a second on each worker).
+RENEW_AFTER_S = 10.0
 
 
 class IdleLanes:
@@ -64,8 +69,12 @@ class IdleLanes:
         assigned: set[TP],
         partitions: int,
         clock: Callable[[], float] = time.monotonic,
+        admin: Callable[[], Any] | None = None,
     ) -> None:
+        """``admin`` makes the watch's admin client (default: librdkafka's, at the settings'
+        bootstrap servers)."""
         self._bootstrap = settings.kafka_bootstrap
+        self._new_admin = admin or self._librdkafka_admin
         self._partitions = partitions
         self._topics = frozenset(topics)
         self._assigned = assigned  # the dispatcher's own set, read between two reads
@@ -74,7 +83,8 @@ class IdleLanes:
         self._woken: set[TP] = set()  # paused partitions whose watermark moved: resume them
         self._last: dict[TP, int] = {}  # position at the last check
         self._next_check = 0.0
-        self._admin: AdminClient | None = None
+        self._admin: Any = None
+        self._failing_since: float | None = None
 
     # --- the consumer's side: between two reads ---------------------------------------------
     def step(self, consumer: Consumer, held: Callable[[], set[TP]]) -> None:
@@ -142,21 +152,36 @@ class IdleLanes:
         """Every `WATCH_S` until ``stop``: wake the paused partitions whose watermark moved."""
         while not stop.is_set():
             await asyncio.sleep(WATCH_S)
-            asked = dict(self.paused)
-            if not asked:
-                continue
-            try:
-                latest = await asyncio.wait_for(self._watermarks(list(asked)), ANSWER_S)
-            except Exception as exc:  # a watch that cannot see wakes everything
-                log.warning("idle lanes: watermarks unknown, %d resumed: %s", len(asked), exc)
-                self._woken.update(asked)
-                continue
-            self._woken.update(tp for tp, mark in asked.items() if latest.get(tp, mark) > mark)
+            await self.watch_once()
+
+    async def watch_once(self) -> None:
+        """Ask for the paused partitions' watermarks once; wake those that moved, or all of
+        them when the broker does not answer."""
+        asked = dict(self.paused)
+        if not asked:
+            return
+        try:
+            latest = await asyncio.wait_for(self._watermarks(list(asked)), ANSWER_S)
+        except Exception as exc:  # a watch that cannot see wakes everything
+            log.warning("idle lanes: watermarks unknown, %d resumed: %s", len(asked), exc)
+            self._woken.update(asked)
+            now = self._clock()
+            if self._failing_since is None:
+                self._failing_since = now
+            elif now - self._failing_since >= RENEW_AFTER_S:
+                log.info("idle lanes: asking through a new admin client")
+                self._admin, self._failing_since = None, now
+            return
+        self._failing_since = None
+        self._woken.update(tp for tp, mark in asked.items() if latest.get(tp, mark) > mark)
+
+    def _librdkafka_admin(self) -> AdminClient:
+        conf: dict[str, Any] = {"bootstrap.servers": self._bootstrap, "logger": LIBRDKAFKA_LOG}
+        return AdminClient(conf)
 
     async def _watermarks(self, tps: list[TP]) -> dict[TP, int]:
         if self._admin is None:
-            conf: dict[str, Any] = {"bootstrap.servers": self._bootstrap, "logger": LIBRDKAFKA_LOG}
-            self._admin = AdminClient(conf)
+            self._admin = self._new_admin()
         self._admin.poll(0)  # serves the client's log lines
         latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
         asked = {TopicPartition(*tp): latest for tp in tps}

@@ -4,9 +4,15 @@ behind (D1)."""
 
 from __future__ import annotations
 
-from confluent_kafka import OFFSET_INVALID
+import asyncio
+from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any
 
-from streams.lanes.idle import caught_up
+from confluent_kafka import OFFSET_INVALID, KafkaException
+
+from streams.lanes.idle import RENEW_AFTER_S, IdleLanes, caught_up
+from streams.settings import load_settings
 
 
 def test_d1_a_partition_with_records_left_is_not_caught_up() -> None:
@@ -22,3 +28,60 @@ def test_p2_a_partition_read_to_its_high_watermark_is_caught_up_at_it() -> None:
 def test_d1_unknown_watermarks_never_count_as_caught_up() -> None:
     assert caught_up(OFFSET_INVALID, OFFSET_INVALID, OFFSET_INVALID) is None
     assert caught_up(3, -1, -1) is None
+
+
+class _Admin:
+    """An admin client whose ListOffsets fails (as librdkafka's did with a stale leader epoch
+    after a rolling broker restart) or answers ``offset``."""
+
+    def __init__(self, offset: int | None) -> None:
+        self.offset = offset
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def list_offsets(self, asked: dict[Any, Any], request_timeout: float) -> dict[Any, Any]:
+        if self.offset is None:
+            raise KafkaException("FENCED_LEADER_EPOCH: Leader epoch is older than broker epoch")
+        answers = {}
+        for part in asked:
+            done: Future[Any] = Future()
+            done.set_result(SimpleNamespace(offset=self.offset))
+            answers[part] = done
+        return answers
+
+
+def test_p2_a_watch_that_keeps_failing_asks_through_a_new_admin_client() -> None:
+    """Every failed watch resumes the paused partitions (D1); after `RENEW_AFTER_S` of failures
+    the next watch builds a new admin client, and one that answers clears the failures."""
+    now = [0.0]
+    made: list[_Admin] = []
+
+    def admin() -> _Admin:
+        made.append(_Admin(None if len(made) < 2 else 9))
+        return made[-1]
+
+    lanes = IdleLanes(load_settings(), ["backfill"], set(), 12, clock=lambda: now[0], admin=admin)
+
+    def watch_at(moment: float) -> None:
+        now[0] = moment
+        lanes.paused[("backfill", 3)] = 5
+        asyncio.run(lanes.watch_once())
+
+    watch_at(0.0)
+    assert len(made) == 1 and ("backfill", 3) in lanes._woken
+    watch_at(RENEW_AFTER_S - 0.1)
+    assert len(made) == 1  # failing, not for long enough
+    watch_at(RENEW_AFTER_S)
+    assert len(made) == 1  # this failure drops the client...
+    watch_at(RENEW_AFTER_S + 0.1)
+    assert len(made) == 2  # ...and the next watch builds a new one (still failing here)
+    watch_at(2 * RENEW_AFTER_S + 0.2)
+    watch_at(2 * RENEW_AFTER_S + 0.3)
+    assert len(made) == 3
+    lanes._woken.clear()
+    watch_at(2 * RENEW_AFTER_S + 0.4)
+    assert lanes._failing_since is None
+    assert ("backfill", 3) in lanes._woken  # its watermark moved from 5 to 9
+    watch_at(100.0)
+    assert len(made) == 3  # an answering client is kept
