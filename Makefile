@@ -53,7 +53,7 @@ test-unit: install ## Run the unit tests only (no broker)
 bench: install kafka ## Run every benchmark (long); figures in bench/results/summary.json and docs/benchmarks.md
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.http_clients --seconds 5 --concurrency 8,64 --json bench/results/raw/http_clients.json
-	$(BIN)/python -m bench.e2e --scenario throughput --runs 3 --events 30000 --profile --own-broker
+	$(BIN)/python -m bench.e2e --scenario throughput --runs 3 --events 90000 --profile --own-broker
 	$(BIN)/python -m bench.e2e --scenario latency --runs 3 --seconds 20 --rate 1000 --own-broker
 	$(BIN)/python -m bench.e2e --scenario memory --runs 1 --subscriptions 100000 --rate 50
 	$(BIN)/python -m bench.e2e --scenario fanout --runs 3
@@ -64,7 +64,7 @@ bench: install kafka ## Run every benchmark (long); figures in bench/results/sum
 	$(BIN)/python -m bench.lookup --attempts 100000 --attempts 2000000
 	$(BIN)/python -m bench.recovery --deliveries 2000 --compare
 	$(BIN)/python -m bench.ab --before e9953bc^1 --after e9953bc --runs 3 --id H8
-	$(BIN)/python -m bench.ab --before HEAD --after HEAD --before-env HOOKSTREAM_LEDGER_READER=false --runs 5 --events 60000 --id S6-cost --target 1.10
+	$(BIN)/python -m bench.ab --before HEAD --after HEAD --before-env HOOKSTREAM_LEDGER_READER=false --runs 5 --events 90000 --id S6-cost --target 1.10
 	$(BIN)/python -m bench.summary --docs
 
 bench-smoke: install kafka ## A short run of the benchmark harness (sane figures, no thresholds)
