@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
-import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -197,7 +196,7 @@ class LedgerState(LocalLedger):
             ids = [s for p in parts for s in by_partition[p]]
             if owner is None:
                 found.update(self.local_health(ids))
-            elif len(list(itertools.islice(id_batches(ids), 2))) == 1:
+            elif next(id_batches(ids), []) == ids:  # they fit in one request
                 params = {"op": "health", "ids": ",".join(ids)}
                 calls.append(self.owners.ask(owner, PEER_PATH, params))
             else:  # too long for a URL: the owner answers every subscription it holds

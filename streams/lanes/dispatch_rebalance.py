@@ -19,7 +19,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from streams.adapters.commits import AsyncCommitter
-from streams.adapters.kafka_clients import commit
+from streams.adapters.kafka_clients import TP, commit
 from streams.domain.dedup import RecentSuccesses
 from streams.domain.offsets import OffsetTracker
 from streams.lanes.flow import FlowControl
@@ -32,7 +32,6 @@ from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 #: How long a rebalance waits for attempts under way on revoked partitions.
 REVOKE_GRACE_S = 10.0
 
@@ -55,11 +54,14 @@ class Rebalancing:
     _tiers_held: TierTimers
     _idle: IdleLanes
     _pending_at: dict[TP, dict[int, str]]
+    _pending: dict[str, int]
     _loop: asyncio.AbstractEventLoop | None
 
     def _unpend(self, delivery_id: str) -> None:
-        """One copy of ``delivery_id`` is no longer pending (the dispatcher's bookkeeping)."""
-        raise NotImplementedError
+        """One copy of ``delivery_id`` is no longer pending (settled, or its partition revoked)."""
+        left = self._pending.pop(delivery_id, 1) - 1
+        if left > 0:
+            self._pending[delivery_id] = left
 
     def _is_assigned(self, tp: TP) -> bool:
         return tp in self._assigned

@@ -31,6 +31,7 @@ from streams.adapters.breaker_log import BreakerLog
 from streams.adapters.commits import AsyncCommitter
 from streams.adapters.http import Transport
 from streams.adapters.kafka_clients import (
+    TP,
     LaneThread,
     ProduceError,
     coordinates,
@@ -57,7 +58,6 @@ from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 COMMIT_INTERVAL_S = 0.2
 # Lanes whose deliveries are parked (dead-lettered with the subscription's status as reason)
 # instead of attempted while the subscription is suspended or disabled: the live lane's
@@ -218,11 +218,6 @@ class Dispatcher(Rebalancing):
             self._flow.submit(tp, offset, delivery, sub)
             return
         self._settled(tp, offset)
-
-    def _unpend(self, delivery_id: str) -> None:
-        left = self._pending.pop(delivery_id, 1) - 1
-        if left > 0:
-            self._pending[delivery_id] = left
 
     def breaker_state(self, url: str) -> str:
         """The fleet's shared breaker state of ``url``'s origin (S4, H8)."""
