@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,14 @@ def _create_and_list(bootstrap: str, topic: str) -> set[str]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
     futures[topic].result(timeout=30)
-    return set(admin.list_topics(timeout=10).topics)
+    # KRaft answers CreateTopics once the controller has the topic; the broker's metadata
+    # cache learns it a moment later, so a list right away may not show it yet.
+    deadline = time.monotonic() + 15
+    while True:
+        topics = set(admin.list_topics(timeout=10).topics)
+        if topic in topics or time.monotonic() > deadline:
+            return topics
+        time.sleep(0.2)
 
 
 def test_X2_broker_lifecycle(tmp_path: Path, jar_cache: Path) -> None:
