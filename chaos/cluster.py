@@ -131,8 +131,10 @@ class Cluster:
         started = self.kafka.start()
         self._say(f"broker up at {started.bootstrap} in {started.seconds:.1f}s")
         try:
+            began = time.monotonic()
             apply_topics(self.settings)
             _patiently(lambda: set_policy(self.settings, NO_SUSPENSION))
+            self._say(f"topics and policy in {time.monotonic() - began:.1f}s")
         except BaseException:
             self.kafka.stop()
             raise

@@ -163,6 +163,7 @@ def run_cluster_chaos(config: ClusterChaosConfig) -> dict[str, Any]:
     ):
         subscribe_all(cluster, farm, config.tenants)
         down = subscribe_down(cluster, farm) if config.recovery else None
+        _say(f"{len(cluster.subscriptions)} subscriptions made")
         cluster.start_workers(300.0)
         _say(f"{len(cluster.workers)} workers ready on {cluster.brokers.bootstrap}")
         source = EventSource(cluster, uuid.uuid4().hex[:6], rng)

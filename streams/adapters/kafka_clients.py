@@ -91,6 +91,26 @@ def make_producer(settings: Settings, **overrides: Any) -> Producer:
     return Producer(producer_config(settings, **overrides))
 
 
+def write_flushed(settings: Settings, action: Callable[[Producer], None], what: str) -> None:
+    """An operator's write of a few keyed records (a subscription, a key, the policy): produced
+    by ``action`` on a producer of its own and flushed before returning; raises `HookstreamError`
+    naming ``what`` when Kafka did not acknowledge every record within 15 s.
+
+    The producer is not idempotent. An idempotent producer first asks the cluster for a
+    producer id, and its first record waited about 0.5 s for that on the local broker (against
+    10-60 ms without), so every ``POST /subscriptions`` took half a second. Idempotence guards
+    the order and uniqueness of a producer's retried records in a stream; these writes are one
+    record per key to a compacted topic, so a retry can at most write the same value twice,
+    which every reader takes as one (a policy change's audit record on ``control`` could then
+    be listed twice).
+    """
+    tracker = ProduceTracker()
+    producer = make_producer(settings, on_delivery=tracker, **{"enable.idempotence": False})
+    action(producer)
+    if producer.flush(15) or tracker.failed:
+        raise HookstreamError(f"could not {what}: {tracker.failed or 'timed out'}")
+
+
 def make_consumer(settings: Settings, group_suffix: str, **overrides: Any) -> Consumer:
     return Consumer(consumer_config(settings, group_suffix, **overrides))
 

@@ -6,9 +6,10 @@ import time
 from collections.abc import Mapping
 
 import orjson
+from confluent_kafka import Producer
 
 from streams.adapters import codec
-from streams.adapters.kafka_clients import ProduceTracker, make_producer, produce
+from streams.adapters.kafka_clients import produce, write_flushed
 from streams.adapters.runtime_config import load_policy, publish_policy
 from streams.domain.models import ControlEvent
 from streams.domain.policy import (
@@ -17,7 +18,7 @@ from streams.domain.policy import (
     parse_policy_updates,
     policy_to_dict,
 )
-from streams.errors import HookstreamError, ValidationError
+from streams.errors import ValidationError
 from streams.settings import Settings
 
 CONFIG_SUBJECT = "__config__"
@@ -37,9 +38,6 @@ def set_policy(settings: Settings, updates: Mapping[str, str]) -> SuspensionPoli
         raise ValidationError(unknown)
     current = load_policy(settings)
     policy = parse_policy_updates(current, updates)
-    tracker = ProduceTracker()
-    producer = make_producer(settings, on_delivery=tracker)
-    publish_policy(producer, settings, policy)
     audit = ControlEvent(
         subscription_id=CONFIG_SUBJECT,
         kind="config_changed",
@@ -48,7 +46,10 @@ def set_policy(settings: Settings, updates: Mapping[str, str]) -> SuspensionPoli
             {"before": policy_to_dict(current), "after": policy_to_dict(policy)}
         ).decode(),
     )
-    produce(producer, settings.topic("control"), CONFIG_SUBJECT, codec.encode(audit))
-    if producer.flush(15) or tracker.failed:
-        raise HookstreamError(f"could not publish the policy: {tracker.failed or 'timed out'}")
+
+    def write(producer: Producer) -> None:
+        publish_policy(producer, settings, policy)
+        produce(producer, settings.topic("control"), CONFIG_SUBJECT, codec.encode(audit))
+
+    write_flushed(settings, write, "publish the policy")
     return policy

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Producer
 
-from streams.adapters.kafka_clients import ProduceTracker, make_producer
+from streams.adapters.kafka_clients import write_flushed
 from streams.adapters.registry import (
     ApiKey,
     ApiKeyRegistry,
@@ -24,7 +24,7 @@ from streams.adapters.registry import (
     revoke_api_key,
 )
 from streams.domain.validation import validate_tenant_id
-from streams.errors import HookstreamError, NotFoundError, ValidationError
+from streams.errors import NotFoundError, ValidationError
 from streams.settings import Settings
 
 KEY_PREFIX = "hsk_"
@@ -88,8 +88,4 @@ def revoke_key(settings: Settings, key_id: str) -> None:
 
 
 def _write(settings: Settings, action: Callable[[Producer], None]) -> None:
-    tracker = ProduceTracker()
-    producer = make_producer(settings, on_delivery=tracker)
-    action(producer)
-    if producer.flush(15) or tracker.failed:
-        raise HookstreamError(f"could not write to Kafka: {tracker.failed or 'timed out'}")
+    write_flushed(settings, action, "write the key to Kafka")

@@ -20,7 +20,7 @@ import orjson
 
 from streams.adapters.delivery import attempt
 from streams.adapters.http import Transport
-from streams.adapters.kafka_clients import ProduceTracker, make_producer
+from streams.adapters.kafka_clients import write_flushed
 from streams.adapters.registry import (
     SubscriptionRegistry,
     delete_subscription,
@@ -45,7 +45,7 @@ from streams.domain.validation import (
     check_update_fields,
     validate_subscription,
 )
-from streams.errors import ConflictError, HookstreamError, NotFoundError, ValidationError
+from streams.errors import ConflictError, NotFoundError, ValidationError
 from streams.settings import Settings
 
 Clock = Callable[[], float]
@@ -367,11 +367,7 @@ async def send_test(
 
 
 def _write(settings: Settings, action: Callable[[Any], None]) -> None:
-    tracker = ProduceTracker()
-    producer = make_producer(settings, on_delivery=tracker)
-    action(producer)
-    if producer.flush(15) or tracker.failed:
-        raise HookstreamError(f"could not write to Kafka: {tracker.failed or 'timed out'}")
+    write_flushed(settings, action, "write to Kafka")
 
 
 def public_view(sub: Subscription, *, show_secret: bool = False) -> dict[str, Any]:
