@@ -5,9 +5,10 @@ from __future__ import annotations
 import click
 
 from streams.cli.common import echo_json, json_option
+from streams.cli.settings_doc import settings_reference
 from streams.domain.policy import policy_to_dict
 from streams.services import config as service
-from streams.settings import Settings, load_settings, settings_reference
+from streams.settings import Settings, load_settings
 
 
 @click.group()

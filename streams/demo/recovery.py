@@ -31,7 +31,8 @@ from streams.adapters.secretbox import local_key
 from streams.adapters.ssrf import guarded_transport
 from streams.agents.ledger import standalone
 from streams.demo.receivers import DemoReceivers
-from streams.demo.run import DEMO_POLICY, start_worker
+from streams.demo.run import DEMO_POLICY
+from streams.demo.state import start_worker
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import Event, SubscriptionStatus
 from streams.errors import HookstreamError

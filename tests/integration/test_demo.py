@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from streams.demo.run import delete_demo_groups
+from streams.demo.state import delete_demo_groups
 from streams.settings import Settings
 from tests.conftest import REPO
 

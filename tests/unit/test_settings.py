@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from streams.adapters.kafka_clients import producer_config
+from streams.cli.settings_doc import settings_reference
 from streams.errors import ConfigError
-from streams.settings import load_settings, settings_reference
+from streams.settings import load_settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

@@ -1,0 +1,131 @@
+"""The demo's worker process and its state: started from nothing each time.
+
+`hookstream demo` runs its worker as a child process with the demo's settings; a new demo first
+deletes the previous one's topics, consumer groups and tables (`reset_demo_state`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
+from streams.adapters.kafka_admin import TopicAdmin
+from streams.adapters.kafka_clients import LIBRDKAFKA_LOG
+from streams.errors import HookstreamError
+from streams.settings import Settings
+
+
+def reset_demo_state(settings: Settings, state_dir: Path) -> None:
+    """Start every demo from nothing: its topics, consumer groups, changelogs and tables.
+
+    Only what belongs to the demo is touched: topics under the ``demo.`` prefix and
+    ``hookstream-demo*`` (the demo's group id), and the demo worker's own data dir.
+    """
+    admin = TopicAdmin(settings)
+    doomed = admin.names_with_prefix(settings.topic_prefix)
+    doomed += admin.names_with_prefix(f"{settings.group_id}-")
+    admin.delete(doomed)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (
+        admin.names_with_prefix(settings.topic_prefix)
+        or admin.names_with_prefix(f"{settings.group_id}-")
+    ):
+        time.sleep(0.5)
+    delete_demo_groups(settings, timeout_s=60)
+    shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def delete_demo_groups(settings: Settings, timeout_s: float) -> None:
+    """Delete the demo's consumer groups, and return only once the broker lists none of them.
+
+    Kafka drops a deleted topic's committed offsets, but a broker still loading its group
+    coordinator can miss that and keep them. Offsets left behind would be applied to the
+    recreated topics: up to that offset the new run's records would be skipped, and the demo
+    would wait for deliveries that never come. So the groups go too, retried until they are
+    gone. ``GROUP_ID_NOT_FOUND`` counts as gone; anything else still failing at the deadline
+    stops the demo with the error.
+    """
+    # librdkafka's own log lines through Python logging, never raw on the terminal (X2)
+    conf: dict[str, Any] = {"bootstrap.servers": settings.kafka_bootstrap, "logger": LIBRDKAFKA_LOG}
+    client = AdminClient(conf)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        listing = client.list_consumer_groups(request_timeout=15).result()
+        ours = [
+            g.group_id
+            for g in listing.valid
+            if g.group_id == settings.group_id or g.group_id.startswith(f"{settings.group_id}-")
+        ]
+        problems = [str(error) for error in listing.errors]
+        if not ours and not problems:
+            return
+        if ours:
+            for group, future in client.delete_consumer_groups(ours, request_timeout=15).items():
+                try:
+                    future.result()
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.GROUP_ID_NOT_FOUND:
+                        problems.append(f"{group}: {exc.args[0].str()}")
+        if time.monotonic() >= deadline:
+            left = ", ".join(ours) or "none listed"
+            raise HookstreamError(
+                f"could not delete the demo's consumer groups within {timeout_s:g}s "
+                f"(left: {left}; errors: {'; '.join(problems) or 'none'})"
+            )
+        time.sleep(0.5)
+
+
+def worker_dir(settings: Settings) -> Path:
+    """The demo worker's own state (RocksDB tables), one per demo group."""
+    return settings.data_dir / f"{settings.group_id}-worker"
+
+
+def _seconds(values: tuple[float, ...]) -> str:
+    return ",".join(f"{v:g}s" for v in values)
+
+
+def _worker_env(settings: Settings) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "HOOKSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+            "HOOKSTREAM_TOPIC_PREFIX": settings.topic_prefix,
+            "HOOKSTREAM_GROUP_ID": settings.group_id,
+            "HOOKSTREAM_DATA_DIR": str(worker_dir(settings).resolve()),
+            "HOOKSTREAM_RETRY_SCHEDULE": _seconds(settings.retry_schedule),
+            "HOOKSTREAM_RETRY_WINDOW": f"{settings.retry_window:g}s",
+            "HOOKSTREAM_ALLOW_PRIVATE_DESTINATIONS": "true",
+            "HOOKSTREAM_WEB_PORT": str(settings.web_port),
+            "HOOKSTREAM_BREAKER_FAILURES": str(settings.breaker_failures),
+            "HOOKSTREAM_BREAKER_MIN_ATTEMPTS": str(settings.breaker_min_attempts),
+            "HOOKSTREAM_TOPICS_FILE": str(settings.topics_file.resolve()),
+        }
+    )
+    if settings.admin_token is not None:
+        env["HOOKSTREAM_ADMIN_TOKEN"] = settings.admin_token.get_secret_value()
+    if settings.portal_url is not None:
+        env["HOOKSTREAM_PORTAL_URL"] = settings.portal_url
+    if settings.secret_key is not None:
+        env["HOOKSTREAM_SECRET_KEY"] = settings.secret_key.get_secret_value()
+    return env
+
+
+def start_worker(settings: Settings) -> subprocess.Popen[bytes]:
+    """`hookstream worker` in a child process, logging to the data dir."""
+    log_path = settings.data_dir / f"{settings.group_id}-worker.log"
+    worker_dir(settings).mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log_file:
+        return subprocess.Popen(
+            [sys.executable, "-m", "streams.cli", "worker"],
+            env=_worker_env(settings),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
