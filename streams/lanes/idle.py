@@ -43,6 +43,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicParti
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from streams.adapters.kafka_clients import LIBRDKAFKA_LOG, partition_of
+from streams.logging import RepeatedWarning
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,12 @@ class IdleLanes:
         self._next_check = 0.0
         self._admin: Any = None
         self._failing_since: float | None = None
+        # while the broker is away these fail at every check and watch: a line, then a count
+        # every 10 s (the watch flushes both)
+        self._no_positions = RepeatedWarning(log, "idle lanes: positions unknown", clock=clock)
+        self._no_watermarks = RepeatedWarning(
+            log, "idle lanes: watermarks unknown, paused partitions resumed", clock=clock
+        )
 
     # --- the consumer's side: between two reads ---------------------------------------------
     def step(self, consumer: Consumer, held: Callable[[], set[TP]]) -> None:
@@ -118,7 +125,7 @@ class IdleLanes:
         try:
             positions = consumer.position([TopicPartition(*tp) for tp in tps])
         except KafkaException as exc:
-            log.warning("idle lanes: positions unknown: %s", exc)
+            self._no_positions(error=str(exc))
             return
         pause: list[TopicPartition] = []
         for part in positions:
@@ -153,6 +160,8 @@ class IdleLanes:
         while not stop.is_set():
             await asyncio.sleep(WATCH_S)
             await self.watch_once()
+            self._no_positions.flush()
+            self._no_watermarks.flush()
 
     async def watch_once(self) -> None:
         """Ask for the paused partitions' watermarks once; wake those that moved, or all of
@@ -163,7 +172,7 @@ class IdleLanes:
         try:
             latest = await asyncio.wait_for(self._watermarks(list(asked)), ANSWER_S)
         except Exception as exc:  # a watch that cannot see wakes everything
-            log.warning("idle lanes: watermarks unknown, %d resumed: %s", len(asked), exc)
+            self._no_watermarks(resumed=len(asked), error=str(exc))
             self._woken.update(asked)
             now = self._clock()
             if self._failing_since is None:

@@ -5,10 +5,12 @@ behind (D1)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from confluent_kafka import OFFSET_INVALID, KafkaException
 
 from streams.lanes.idle import RENEW_AFTER_S, IdleLanes, caught_up
@@ -85,3 +87,24 @@ def test_p2_a_watch_that_keeps_failing_asks_through_a_new_admin_client() -> None
     assert ("backfill", 3) in lanes._woken  # its watermark moved from 5 to 9
     watch_at(100.0)
     assert len(made) == 3  # an answering client is kept
+
+
+def test_d1_a_watch_failing_ten_times_a_second_logs_a_line_then_a_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """While the broker is away every watch (10 a second) fails: one warning, then one line
+    per 10 s with how many there were, never a warning per watch."""
+    caplog.set_level(logging.WARNING, logger="streams.lanes.idle")
+    now = [0.0]
+    lanes = IdleLanes(
+        load_settings(), ["backfill"], set(), 12, clock=lambda: now[0], admin=lambda: _Admin(None)
+    )
+    for tick in range(300):  # 30 s of watches
+        now[0] = tick * 0.1
+        lanes.paused[("backfill", 3)] = 5
+        asyncio.run(lanes.watch_once())
+        lanes._no_watermarks.flush()
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0] == "idle lanes: watermarks unknown, paused partitions resumed"
+    assert 3 <= len(lines) <= 4, lines
+    assert all("times in the last 10s" in line for line in lines[1:]), lines
