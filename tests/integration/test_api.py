@@ -104,7 +104,12 @@ def start_worker(settings: Settings, log_path: Path) -> ApiWorker:
         while True:
             assert process.poll() is None, f"the worker exited:\n{worker.logs()[-3000:]}"
             try:
-                if client.get("/v1/subscriptions?limit=1").status_code == 200:
+                # ready: its lanes and ledger hold their partitions (a read of the ledger before
+                # then answers 503 "partitions are moving"), and the API answers
+                if (
+                    client.get("/readyz").status_code == 200
+                    and client.get("/v1/subscriptions?limit=1").status_code == 200
+                ):
                     return worker
             except httpx.TransportError:
                 pass
