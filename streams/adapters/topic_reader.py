@@ -76,3 +76,36 @@ def read_since(
         raise HookstreamError(f"could not read the tail of {topic}: {exc}") from exc
     finally:
         consumer.close()
+
+
+def timestamps_at(
+    settings: Settings, positions: list[TopicPartition], timeout_s: float = 5.0
+) -> dict[tuple[str, int], int]:
+    """The timestamp (ms) of the record at each position, for positions that hold one now.
+    Raises `HookstreamError` after ``timeout_s``."""
+    consumer = make_consumer(settings, f"peek-{uuid.uuid4().hex[:8]}")
+    found: dict[tuple[str, int], int] = {}
+    try:
+        wanted: set[tuple[str, int]] = set()
+        assign: list[TopicPartition] = []
+        for tp in positions:
+            _, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
+            if 0 <= tp.offset < high:
+                wanted.add((tp.topic, tp.partition))
+                assign.append(TopicPartition(tp.topic, tp.partition, tp.offset))
+        consumer.assign(assign)
+        deadline = time.monotonic() + timeout_s
+        while wanted:
+            if time.monotonic() > deadline:
+                raise HookstreamError(f"timed out reading {len(wanted)} committed positions")
+            for msg in consumer.consume(100, 0.2):
+                where = (msg.topic() or "", msg.partition() or 0)
+                if msg.error() is None and where in wanted:
+                    wanted.discard(where)
+                    found[where] = msg.timestamp()[1]
+                    consumer.pause([TopicPartition(*where)])
+        return found
+    except KafkaException as exc:
+        raise HookstreamError(f"could not read committed positions: {exc}") from exc
+    finally:
+        consumer.close()

@@ -71,9 +71,8 @@ class Rebalancing:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._rebalances += 1
-        recall_successes(
-            self._settings, self._recent, recallable(consumer, partitions), self._clock
-        )
+        numbers, positions = recallable(consumer, partitions, self._settings.topic("routed"))
+        recall_successes(self._settings, self._recent, numbers, self._clock, positions)
         with self._lock:
             self._assigned.update((p.topic, p.partition) for p in partitions)
 

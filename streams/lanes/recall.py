@@ -1,8 +1,16 @@
 """What a dispatcher reads back when it is assigned partitions (Q1, R4).
 
-The ledger's recent successes of the newly assigned partitions (the attempts topic is
-co-partitioned with the lanes) are read back, so copies of them are not sent again; partitions
-an operator rewound (`RESET_MARK` on a committed offset) are sent again on purpose.
+The ledger's successes of the newly assigned partitions (the attempts topic is co-partitioned
+with the lanes) are read back, so copies of them are not sent again; partitions an operator
+rewound (`RESET_MARK` on a committed offset) are sent again on purpose.
+
+How far back: every delivery past a lane's committed position comes to the new owner again,
+and none of them was attempted before its record was written. So the read starts at the record
+at the live lane's oldest committed position (less `SKEW_S` for the workers' clocks), or one
+dedup window ago if that is earlier, and never more than `MAX_LOOKBACK_S` ago. A window alone
+was not enough: in a cluster chaos run (chaos-cluster-20261202T1328) one worker's produce acks
+hung for minutes and its commits with them; when the partition moved, 1,800 deliveries made
+3-4 minutes earlier, outside the 2-minute window, went out again (1.8% duplicates).
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from streams.adapters import codec
-from streams.adapters.topic_reader import read_since
+from streams.adapters.topic_reader import read_since, timestamps_at
 from streams.domain.dedup import RESET_MARK, RecentSuccesses
 from streams.domain.models import Attempt, OutcomeClass
 from streams.errors import DecodeError, HookstreamError
@@ -23,19 +31,43 @@ from streams.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def recallable(consumer: Consumer, partitions: list[TopicPartition]) -> list[int]:
-    """The assigned partition numbers whose recent successes should be read back: all but
-    those an operator rewound (`RESET_MARK` on any lane's committed offset, R4)."""
+#: At most this far back (s): a commit held back longer sends the older deliveries again.
+MAX_LOOKBACK_S = 1800.0
+#: Margin (s) for the clocks of the worker that routed a record and the one that attempted it.
+SKEW_S = 10.0
+
+
+def recallable(
+    consumer: Consumer, partitions: list[TopicPartition], live_topic: str
+) -> tuple[list[int], list[TopicPartition]]:
+    """The assigned partition numbers whose successes should be read back (all but those an
+    operator rewound, `RESET_MARK` on any lane's committed offset, R4), and the committed
+    positions of their live lane (``live_topic``). A retry tier's position is left out: a
+    record waiting there for its time holds it, hours old on a long tier, and what follows it
+    is not due yet either."""
     numbers = {p.partition for p in partitions}
     try:
         committed = consumer.committed(partitions, timeout=10)
     except KafkaException as exc:
         log.warning("committed offsets not read: %s", exc)
-        return sorted(numbers)
+        return sorted(numbers), []
     rewound = {tp.partition for tp in committed if tp.metadata == RESET_MARK}
     if rewound:
         log.info("partitions %s were rewound by an operator: sent again", sorted(rewound))
-    return sorted(numbers - rewound)
+    positions = [
+        tp
+        for tp in committed
+        if tp.topic == live_topic and tp.partition not in rewound and tp.offset >= 0
+    ]
+    return sorted(numbers - rewound), positions
+
+
+def recall_since(now_s: float, window_s: float, oldest_position_ms: int | None) -> int:
+    """Where the read of the ledger starts (ms): see the module docstring."""
+    since_s = now_s - window_s
+    if oldest_position_ms is not None:
+        since_s = min(since_s, max(oldest_position_ms / 1000 - SKEW_S, now_s - MAX_LOOKBACK_S))
+    return int(since_s * 1000)
 
 
 def recall_successes(
@@ -43,12 +75,21 @@ def recall_successes(
     recent: RecentSuccesses,
     partitions: list[int],
     clock: Callable[[], float] = time.time,
+    positions: list[TopicPartition] | None = None,
 ) -> None:
-    """Read the ledger's recent successes of ``partitions`` into ``recent`` (Q1)."""
+    """Read the ledger's successes of ``partitions`` since `recall_since` into ``recent``, each
+    kept for a dedup window from now (Q1). ``positions`` are the lanes' committed positions."""
     if not partitions:
         return
     now = clock()
-    since_ms = int((now - settings.dedup_window) * 1000)
+    oldest: int | None = None
+    if positions:
+        try:
+            stamps = timestamps_at(settings, positions)
+            oldest = min(stamps.values()) if stamps else None
+        except HookstreamError as exc:  # the window alone, as before
+            log.warning("committed positions not read: %s", exc)
+    since_ms = recall_since(now, settings.dedup_window, oldest)
     topic = settings.topic("attempts")
     found = 0
     try:
@@ -58,13 +99,14 @@ def recall_successes(
             except DecodeError:
                 continue
             if att.outcome is OutcomeClass.SUCCESS:
-                recent.add(att.delivery_id, att.started_at / 1000)
+                recent.add(att.delivery_id, max(att.started_at / 1000, now))
                 found += 1
     except HookstreamError as exc:  # at-least-once still holds; only more copies go out
         log.warning("recent successes not read back: %s", exc)
     log.info(
-        "recalled %d recent successes of partitions %s in %.2fs",
+        "recalled %d successes of partitions %s since %.0fs ago in %.2fs",
         found,
         partitions,
+        now - since_ms / 1000,
         clock() - now,
     )

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from streams.adapters import codec
 from streams.adapters.kafka_clients import make_producer
@@ -98,3 +100,42 @@ async def test_q1_a_copy_right_behind_its_original_is_not_sent_alongside_it(
         await asyncio.sleep(1.0)
         got = [r.headers["webhook-id"] for r in receiver.requests]
     assert sorted(got) == sorted(ids), "each delivery went out once"
+
+
+def _hold_back_commits(settings: Settings) -> None:
+    """The dispatch group's committed positions on `routed` go back to the start, as if its
+    commits had been held back (acks that hung) while it delivered. No `RESET_MARK`: nobody
+    asked for these deliveries again."""
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    group = f"{settings.group_id}-dispatch"
+    topic = settings.topic("routed")
+    parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, 0) for p in parts])
+    done = admin.alter_consumer_group_offsets([request])[group].result(15)
+    assert all(tp.error is None for tp in done.topic_partitions or [])
+
+
+async def test_q1_deliveries_past_a_commit_held_back_beyond_the_window_are_not_sent_again(
+    make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
+) -> None:
+    """A partition whose commits were held back for longer than the dedup window comes to a
+    new owner: what it delivered past the committed position, more than a window ago, is
+    settled from the ledger, not sent again (chaos-cluster-20261202T1328: 1.8% duplicates)."""
+    receiver = receiver_factory()
+    url = receiver.route("/hook", Respond(200))
+    settings = make_settings(dedup_window="2s")
+    async with PipelineHarness(settings) as h:
+        await h.subscribe(url, ["order.*"])
+        await h.publish([make_event("acme", "order.created", n) for n in range(20)])
+        await h.wait_for(lambda: len(receiver.requests) >= 20, timeout_s=30)
+        await h.pipeline.stop()
+        await asyncio.to_thread(_hold_back_commits, settings)
+        await asyncio.sleep(3.0)  # the successes are older than the window now
+
+        h.pipeline = Pipeline(settings)
+        await h.pipeline.start()
+        await h.pipeline.wait_ready(60)
+        await h.wait_for(lambda: h.settled_count() >= 20, timeout_s=30)
+        await asyncio.sleep(1.0)
+        got = [r.headers["webhook-id"] for r in receiver.requests]
+    assert len(got) == 20 and len(set(got)) == 20, "each delivery went out once"
