@@ -10,7 +10,10 @@ at the live lane's oldest committed position (less `SKEW_S` for the workers' clo
 dedup window ago if that is earlier, and never more than `MAX_LOOKBACK_S` ago. A window alone
 was not enough: in a cluster chaos run (chaos-cluster-20261202T1328) one worker's produce acks
 hung for minutes and its commits with them; when the partition moved, 1,800 deliveries made
-3-4 minutes earlier, outside the 2-minute window, went out again (1.8% duplicates).
+3-4 minutes earlier, outside the 2-minute window, went out again (1.8% duplicates). In the run
+after that fix (chaos-cluster-20261202T1404, 1.2%) two more gaps showed: a 10 s read that timed
+out (`READ_TIMEOUT_S`), and recalled successes that expired a window after the recall while the
+new owner was still working through a backlog of over 2 minutes (`recalled_at`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ log = logging.getLogger(__name__)
 
 #: At most this far back (s): a commit held back longer sends the older deliveries again.
 MAX_LOOKBACK_S = 1800.0
+#: How long the read may take. 10 s read about 24,000 successes on a loaded 2-core box and
+#: timed out (chaos-cluster-20261202T1404): the rest went out again. It runs in the rebalance
+#: callback, well inside the group's 300 s poll interval.
+READ_TIMEOUT_S = 60.0
 #: Margin (s) for the clocks of the worker that routed a record and the one that attempted it.
 SKEW_S = 10.0
 
@@ -70,6 +77,13 @@ def recall_since(now_s: float, window_s: float, oldest_position_ms: int | None) 
     return int(since_s * 1000)
 
 
+def recalled_at(now_s: float, since_ms: int, window_s: float) -> float:
+    """The time a recalled success is filed under: it is then kept for a dedup window from
+    now, or for as long back as the read reached if that is longer, so it outlives the working
+    through of the backlog behind the committed position (which built up at the same pace)."""
+    return now_s + max(0.0, (now_s - since_ms / 1000) - window_s)
+
+
 def recall_successes(
     settings: Settings,
     recent: RecentSuccesses,
@@ -78,7 +92,8 @@ def recall_successes(
     positions: list[TopicPartition] | None = None,
 ) -> None:
     """Read the ledger's successes of ``partitions`` since `recall_since` into ``recent``, each
-    kept for a dedup window from now (Q1). ``positions`` are the lanes' committed positions."""
+    kept for a dedup window from now, or for as long back as the read reached if that is
+    longer (Q1). ``positions`` are the live lane's committed positions."""
     if not partitions:
         return
     now = clock()
@@ -90,16 +105,17 @@ def recall_successes(
         except HookstreamError as exc:  # the window alone, as before
             log.warning("committed positions not read: %s", exc)
     since_ms = recall_since(now, settings.dedup_window, oldest)
+    at_s = recalled_at(now, since_ms, settings.dedup_window)
     topic = settings.topic("attempts")
     found = 0
     try:
-        for msg in read_since(settings, topic, partitions, since_ms):
+        for msg in read_since(settings, topic, partitions, since_ms, READ_TIMEOUT_S):
             try:
                 att = codec.decode(Attempt, msg.value() or b"")
             except DecodeError:
                 continue
             if att.outcome is OutcomeClass.SUCCESS:
-                recent.add(att.delivery_id, max(att.started_at / 1000, now))
+                recent.add(att.delivery_id, at_s)
                 found += 1
     except HookstreamError as exc:  # at-least-once still holds; only more copies go out
         log.warning("recent successes not read back: %s", exc)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from streams.lanes.recall import MAX_LOOKBACK_S, SKEW_S, recall_since
+from streams.domain.dedup import RecentSuccesses
+from streams.lanes.recall import MAX_LOOKBACK_S, SKEW_S, recall_since, recalled_at
 
 NOW = 1_800_000_000.0
 
@@ -24,3 +25,13 @@ def test_q1_a_commit_held_back_past_the_window_reads_from_its_record() -> None:
 def test_q1_the_read_never_goes_back_further_than_the_bound() -> None:
     written_ms = int((NOW - 6 * 3600) * 1000)
     assert recall_since(NOW, 120.0, written_ms) == int((NOW - MAX_LOOKBACK_S) * 1000)
+
+
+def test_q1_recalled_successes_outlive_the_backlog_they_were_read_for() -> None:
+    """Read back 300 s with a 120 s window: kept 300 s from now, not 120 s (in the 14:04 run
+    a new owner took over 2 min to reach the deliveries it had recalled, and sent them)."""
+    recent = RecentSuccesses(120.0)
+    recent.add("dlv_old", recalled_at(NOW, int((NOW - 300) * 1000), 120.0))
+    assert recent.seen("dlv_old", NOW + 290)
+    assert not recent.seen("dlv_old", NOW + 310)
+    assert recalled_at(NOW, int((NOW - 60) * 1000), 120.0) == NOW  # within the window
