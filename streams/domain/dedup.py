@@ -5,12 +5,12 @@ resumes from the last committed offsets, so the deliveries settled after that co
 again; a router that crashed before committing puts a second copy of some deliveries on
 `routed`. Each of them was delivered once already, and its success is in the attempt ledger.
 
-`RecentSuccesses` holds the ids of successful deliveries for ``window_s`` seconds: those the
-worker settled itself and those read back from the tail of the ledger when it was assigned
-partitions. The dispatcher settles a live delivery, a retry or a backfilled one whose id is
-here without sending it again (a backfill's settle time after a re-enable overlaps the live
-path, R2). Replays, tests and probes are always sent: a person asked for them, and so is what
-an offset reset rewinds (`RESET_MARK`).
+`RecentSuccesses` holds the ids of successful deliveries: those the worker settled itself for
+``window_s`` seconds, and those read back from the ledger when it was assigned partitions until
+a time given with each (`keep`; `streams.lanes.recall` says how long). The dispatcher settles a
+live delivery, a retry or a backfilled one whose id is here without sending it again (a
+backfill's settle time after a re-enable overlaps the live path, R2). Replays, tests and probes
+are always sent: a person asked for them, and so is what an offset reset rewinds (`RESET_MARK`).
 
 It is a bound on duplicates, not a guarantee of exactly-once: a success whose ledger record did
 not reach Kafka before a crash (kill -9 with records still in the producer's queue) is not
@@ -37,9 +37,22 @@ class RecentSuccesses:
         self.window_s = window_s
         self._at: dict[str, float] = {}
         self._order: deque[tuple[float, str]] = deque()
+        # read back at an assignment, each until a time of its own: apart, so that their
+        # later expiry never holds back the expiry of what succeeds meanwhile
+        self._until: dict[str, float] = {}
+        self._until_order: deque[tuple[float, str]] = deque()
 
     def __len__(self) -> int:
-        return len(self._at)
+        return len(self._at) + len(self._until)
+
+    def keep(self, delivery_id: str, until_s: float) -> None:
+        """Count ``delivery_id`` as delivered until ``until_s`` (a success read back)."""
+        if self.window_s <= 0:
+            return
+        known = self._until.get(delivery_id)
+        if known is None or until_s > known:
+            self._until[delivery_id] = until_s
+            self._until_order.append((until_s, delivery_id))
 
     def add(self, delivery_id: str, at_s: float) -> None:
         if self.window_s <= 0:
@@ -55,7 +68,10 @@ class RecentSuccesses:
         at_s = self._at.get(delivery_id)
         # additions come roughly in time order; one that arrived late may outlive its window
         # in memory for a while, never in the answer
-        return at_s is not None and at_s >= now_s - self.window_s
+        if at_s is not None and at_s >= now_s - self.window_s:
+            return True
+        until_s = self._until.get(delivery_id)
+        return until_s is not None and until_s >= now_s
 
     def expire(self, now_s: float) -> None:
         """Forget what succeeded before the window."""
@@ -65,3 +81,8 @@ class RecentSuccesses:
             at_s, delivery_id = order.popleft()
             if self._at.get(delivery_id) == at_s:
                 del self._at[delivery_id]
+        kept = self._until_order
+        while kept and kept[0][0] < now_s:
+            until_s, delivery_id = kept.popleft()
+            if self._until.get(delivery_id) == until_s:
+                del self._until[delivery_id]

@@ -13,7 +13,7 @@ hung for minutes and its commits with them; when the partition moved, 1,800 deli
 3-4 minutes earlier, outside the 2-minute window, went out again (1.8% duplicates). In the run
 after that fix (chaos-cluster-20261202T1404, 1.2%) two more gaps showed: a 10 s read that timed
 out (`READ_TIMEOUT_S`), and recalled successes that expired a window after the recall while the
-new owner was still working through a backlog of over 2 minutes (`recalled_at`).
+new owner was still working through a backlog of over 2 minutes (`recalled_until`).
 """
 
 from __future__ import annotations
@@ -77,11 +77,11 @@ def recall_since(now_s: float, window_s: float, oldest_position_ms: int | None) 
     return int(since_s * 1000)
 
 
-def recalled_at(now_s: float, since_ms: int, window_s: float) -> float:
-    """The time a recalled success is filed under: it is then kept for a dedup window from
-    now, or for as long back as the read reached if that is longer, so it outlives the working
-    through of the backlog behind the committed position (which built up at the same pace)."""
-    return now_s + max(0.0, (now_s - since_ms / 1000) - window_s)
+def recalled_until(now_s: float, since_ms: int, window_s: float) -> float:
+    """How long a recalled success counts: a dedup window from now, or as long as the read
+    reached back if that is longer, so it outlives the working through of the backlog behind
+    the committed position (which built up at the same pace)."""
+    return now_s + max(window_s, now_s - since_ms / 1000)
 
 
 def recall_successes(
@@ -105,7 +105,7 @@ def recall_successes(
         except HookstreamError as exc:  # the window alone, as before
             log.warning("committed positions not read: %s", exc)
     since_ms = recall_since(now, settings.dedup_window, oldest)
-    at_s = recalled_at(now, since_ms, settings.dedup_window)
+    until_s = recalled_until(now, since_ms, settings.dedup_window)
     topic = settings.topic("attempts")
     found = 0
     try:
@@ -115,7 +115,7 @@ def recall_successes(
             except DecodeError:
                 continue
             if att.outcome is OutcomeClass.SUCCESS:
-                recent.add(att.delivery_id, at_s)
+                recent.keep(att.delivery_id, until_s)
                 found += 1
     except HookstreamError as exc:  # at-least-once still holds; only more copies go out
         log.warning("recent successes not read back: %s", exc)
