@@ -10,7 +10,7 @@ import gc
 import time
 from collections.abc import Mapping
 
-from streams.metrics import GC_PAUSES
+from streams.metrics.families import GC_PAUSES
 
 
 class _GCPauseTimer:

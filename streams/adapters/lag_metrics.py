@@ -12,7 +12,7 @@ from prometheus_client import Counter, Metric
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from streams.metrics import REGISTRY
+from streams.metrics.families import REGISTRY
 
 
 class _LagCollector(Collector):

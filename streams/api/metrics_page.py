@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, Gauge, Info
 
 from streams import metrics
 from streams.adapters.readiness import readiness
+from streams.metrics import families
 from streams.settings import Settings
 
 #: The checks of `streams.adapters.readiness`, exported at every scrape.
@@ -23,16 +24,16 @@ WORKER_READINESS = Gauge(
     "hookstream_worker_readiness",
     "The worker's readiness checks (1 true, 0 false); recovering=1 while tables recover.",
     ["check"],
-    registry=metrics.REGISTRY,
+    registry=families.REGISTRY,
 )
-BUILD = Info("hookstream_build", "The running hookstream build.", registry=metrics.REGISTRY)
+BUILD = Info("hookstream_build", "The running hookstream build.", registry=families.REGISTRY)
 
 
 def _version(package: str) -> str:
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
-        return metrics.UNKNOWN
+        return families.UNKNOWN
 
 
 BUILD.info(

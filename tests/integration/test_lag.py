@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, Producer
 
 from streams.adapters.lag import LagExporter, LagReader
 from streams.cli.lag import lag
-from streams.metrics import REGISTRY
+from streams.metrics.families import REGISTRY
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -42,7 +42,7 @@ from prometheus_client import start_http_server
 
 import streams.api.metrics_page  # noqa: F401  (hookstream_build_info, as every worker serves it)
 from streams.adapters.lag import LagExporter
-from streams.metrics import REGISTRY
+from streams.metrics.families import REGISTRY
 from streams.settings import Settings
 from tests.conftest import REPO
 from tests.integration.pipeline_harness import PipelineHarness, make_event

@@ -12,7 +12,8 @@ from streams import metrics
 from streams.adapters import gc_pauses, lag_metrics
 from streams.adapters.lag_report import LagReport, PartitionLag, hookstream_groups
 from streams.api import metrics_page
-from streams.metrics import REGISTRY
+from streams.metrics import families
+from streams.metrics.families import REGISTRY
 
 
 def value(name: str, **labels: str) -> float:
@@ -37,9 +38,9 @@ def test_o1_attempts_count_by_outcome_and_lane_and_time_the_histogram() -> None:
 
 
 def test_o1_attempt_buckets_span_5ms_to_30s() -> None:
-    assert metrics.ATTEMPT_BUCKETS[0] == 0.005
-    assert metrics.ATTEMPT_BUCKETS[-1] == 30.0
-    assert list(metrics.ATTEMPT_BUCKETS) == sorted(metrics.ATTEMPT_BUCKETS)
+    assert families.ATTEMPT_BUCKETS[0] == 0.005
+    assert families.ATTEMPT_BUCKETS[-1] == 30.0
+    assert list(families.ATTEMPT_BUCKETS) == sorted(families.ATTEMPT_BUCKETS)
 
 
 def test_o1_labels_outside_the_fixed_sets_become_unknown() -> None:
@@ -58,8 +59,8 @@ def test_o1_dlq_reasons_are_kept_while_bounded_then_share_other() -> None:
     metrics.record_dead_letter("Not A Reason Code!")
     assert value("hookstream_dlq_total", reason="other") >= 1
     guard = metrics._Reasons()
-    labels = {guard.label(f"http_{n}") for n in range(metrics.MAX_REASONS + 50)}
-    assert len(labels) == metrics.MAX_REASONS + 1  # every kept reason, plus "other"
+    labels = {guard.label(f"http_{n}") for n in range(families.MAX_REASONS + 50)}
+    assert len(labels) == families.MAX_REASONS + 1  # every kept reason, plus "other"
     assert "other" in labels
 
 
