@@ -195,11 +195,20 @@ class IdleLanes:
         latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
         asked = {TopicPartition(*tp): latest for tp in tps}
         futures = self._admin.list_offsets(asked, request_timeout=ANSWER_S)
-        answers = {
-            (part.topic, part.partition): asyncio.wrap_future(future)
-            for part, future in futures.items()
-        }
-        return {tp: int((await answer).offset) for tp, answer in answers.items()}
+        keys = [(part.topic, part.partition) for part in futures]
+        # Every partition's answer is collected, failed or not: after a leader moves, all of
+        # them fail at once, and awaiting only up to the first failure left the others' errors
+        # unretrieved (asyncio then logged one ERROR per partition per watch, thousands a
+        # minute during a rolling broker restart).
+        answers = await asyncio.gather(
+            *(asyncio.wrap_future(future) for future in futures.values()), return_exceptions=True
+        )
+        offsets: dict[TP, int] = {}
+        for tp, answer in zip(keys, answers, strict=True):
+            if isinstance(answer, BaseException):
+                raise answer
+            offsets[tp] = int(answer.offset)
+        return offsets
 
 
 def caught_up(position: int, low: int, high: int) -> int | None:

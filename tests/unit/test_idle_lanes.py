@@ -5,6 +5,7 @@ behind (D1)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from concurrent.futures import Future
 from types import SimpleNamespace
@@ -36,8 +37,9 @@ class _Admin:
     """An admin client whose ListOffsets fails (as librdkafka's did with a stale leader epoch
     after a rolling broker restart) or answers ``offset``."""
 
-    def __init__(self, offset: int | None) -> None:
+    def __init__(self, offset: int | None, partition_error: str | None = None) -> None:
         self.offset = offset
+        self.partition_error = partition_error
 
     def poll(self, timeout: float) -> int:
         return 0
@@ -48,7 +50,10 @@ class _Admin:
         answers = {}
         for part in asked:
             done: Future[Any] = Future()
-            done.set_result(SimpleNamespace(offset=self.offset))
+            if self.partition_error is not None:  # the request went out; every answer failed
+                done.set_exception(KafkaException(self.partition_error))
+            else:
+                done.set_result(SimpleNamespace(offset=self.offset))
             answers[part] = done
         return answers
 
@@ -108,3 +113,29 @@ def test_d1_a_watch_failing_ten_times_a_second_logs_a_line_then_a_count(
     assert lines[0] == "idle lanes: watermarks unknown, paused partitions resumed"
     assert 3 <= len(lines) <= 4, lines
     assert all("times in the last 10s" in line for line in lines[1:]), lines
+
+
+def test_d1_every_partition_failing_resumes_them_all_and_leaves_no_error_unretrieved() -> None:
+    """After a leader moves, ListOffsets answers every partition with FENCED_LEADER_EPOCH. The
+    watch resumes them all, and each answer's error is collected: asyncio logged one ERROR
+    ("Future exception was never retrieved") per partition per watch before."""
+    unretrieved: list[dict[str, Any]] = []
+    lanes = IdleLanes(
+        load_settings(),
+        ["backfill"],
+        set(),
+        12,
+        admin=lambda: _Admin(5, partition_error="FENCED_LEADER_EPOCH"),
+    )
+
+    async def watch() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: unretrieved.append(ctx))
+        for part in range(12):
+            lanes.paused[("backfill", part)] = 5
+        await lanes.watch_once()
+        gc.collect()  # a dropped future reports its unretrieved error when it is collected
+        await asyncio.sleep(0)
+
+    asyncio.run(watch())
+    assert lanes._woken == {("backfill", part) for part in range(12)}
+    assert unretrieved == []
