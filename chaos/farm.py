@@ -98,6 +98,13 @@ class ReceiverFarm:
                 1 for wid, n in tally.down_requests.items() if n >= attempts and not tally.ok[wid]
             )
 
+    def down_requests_histogram(self) -> dict[int, int]:
+        """``/down`` deliveries never answered 2xx, by how many times each was asked."""
+        with self._lock:
+            tally = self._tally
+            counts = Counter(n for wid, n in tally.down_requests.items() if not tally.ok[wid])
+        return dict(sorted(counts.items()))
+
     def last_request_at(self) -> float:
         with self._lock:
             return self._tally.last_request_at

@@ -186,6 +186,7 @@ class RecoveryScenario:
 
     def _arm(self) -> int:
         deadline = time.monotonic() + self.plan.suspend_timeout_s
+        bound = exhausted = 0
         while time.monotonic() < deadline:
             bound = self._bound()
             exhausted = self.farm.down_exhausted(self.attempts)
@@ -199,6 +200,17 @@ class RecoveryScenario:
                 )
                 return threshold
             time.sleep(1.0)
+        # What the next look at a run that did not arm needs: how far it was from the
+        # threshold, and whether /down's deliveries were asked fewer times than the retry
+        # policy's attempts (deferred by a breaker, say, rather than failed).
+        self._mark(
+            "not_armed",
+            failing_bound=bound,
+            down_exhausted=exhausted,
+            needed=self.plan.arm_factor * bound + self.plan.arm_margin,
+            attempts=self.attempts,
+            down_by_requests=self.farm.down_requests_histogram(),
+        )
         raise TimeoutError("/down never failed often enough to arm the threshold")
 
     def _status(self) -> Subscription | None:

@@ -14,6 +14,7 @@ import orjson
 
 from chaos.audit import AuditReport
 from chaos.cluster_run import ClusterChaosConfig, verdict
+from chaos.farm import ReceiverFarm
 from chaos.recovery_check import (
     RecoveryRecords,
     audit_recovery,
@@ -227,3 +228,16 @@ def test_recovery_is_opt_in_and_re_enables_before_the_rolling_restarts() -> None
     assert config.steps()[config.before_rolling()] == "broker_rolling"
     no_rolling = replace(config, broker_rolling=False, worker_rolling=False)
     assert no_rolling.before_rolling() == len(no_rolling.steps())
+
+
+def test_h3_a_run_that_does_not_arm_can_tell_how_often_down_was_asked() -> None:
+    """A scenario that times out arming records /down's unanswered deliveries by how many
+    times each was asked: fewer than the retry policy's attempts means they were deferred (a
+    breaker open, say), not failed, and the farm's count of exhausted ones cannot reach the
+    threshold."""
+    farm = ReceiverFarm(origins=1)  # not started: only its tally is used
+    for wid, asked in (("a", 4), ("b", 4), ("c", 1), ("d", 2)):
+        farm._tally.down_requests[wid] = asked
+    farm._tally.ok["d"] += 1  # answered 2xx once /down healed: not counted
+    assert farm.down_requests_histogram() == {1: 1, 4: 2}
+    assert farm.down_exhausted(4) == 2
