@@ -75,6 +75,11 @@ def consumer_config(settings: Settings, group_suffix: str, **overrides: Any) -> 
         "heartbeat.interval.ms": 2000,
         "max.poll.interval.ms": 300000,
         "fetch.wait.max.ms": 20,
+        # A partition that held the local fetch queue over its threshold is fetched again only
+        # after this backoff (librdkafka: 1 s). The dispatcher pauses a busy partition at its
+        # intake share and resumes it at half: each resume then idled 0.7-1 s, halving a hot
+        # partition's throughput (docs/benchmarks.md, "Fetch backoff after a resume").
+        "fetch.queue.backoff.ms": 20,
         "client.id": f"{settings.group_id}-{group_suffix}",
     }
     config.update(overrides)
