@@ -30,59 +30,64 @@ from typing import Final
 RESET_MARK: Final = "hookstream:reset-offsets"
 
 
+class _Timed:
+    """Ids with a time each, forgotten in time order once their time is before a cutoff."""
+
+    __slots__ = ("at", "order")
+
+    def __init__(self) -> None:
+        self.at: dict[str, float] = {}
+        self.order: deque[tuple[float, str]] = deque()
+
+    def put(self, delivery_id: str, time_s: float) -> None:
+        """Give ``delivery_id`` ``time_s``, unless it already has a later one."""
+        known = self.at.get(delivery_id)
+        if known is None or time_s > known:
+            self.at[delivery_id] = time_s
+            self.order.append((time_s, delivery_id))
+
+    def drop_before(self, cutoff_s: float) -> None:
+        order = self.order
+        while order and order[0][0] < cutoff_s:
+            time_s, delivery_id = order.popleft()
+            if self.at.get(delivery_id) == time_s:  # not given a later time since
+                del self.at[delivery_id]
+
+
 class RecentSuccesses:
     """Delivery ids that succeeded at most ``window_s`` seconds ago, in bounded memory."""
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
-        self._at: dict[str, float] = {}
-        self._order: deque[tuple[float, str]] = deque()
+        self._added = _Timed()  # settled here: the time of the success
         # read back at an assignment, each until a time of its own: apart, so that their
         # later expiry never holds back the expiry of what succeeds meanwhile
-        self._until: dict[str, float] = {}
-        self._until_order: deque[tuple[float, str]] = deque()
+        self._kept = _Timed()
 
     def __len__(self) -> int:
-        return len(self._at) + len(self._until)
+        return len(self._added.at) + len(self._kept.at)
 
     def keep(self, delivery_id: str, until_s: float) -> None:
         """Count ``delivery_id`` as delivered until ``until_s`` (a success read back)."""
-        if self.window_s <= 0:
-            return
-        known = self._until.get(delivery_id)
-        if known is None or until_s > known:
-            self._until[delivery_id] = until_s
-            self._until_order.append((until_s, delivery_id))
+        if self.window_s > 0:
+            self._kept.put(delivery_id, until_s)
 
     def add(self, delivery_id: str, at_s: float) -> None:
-        if self.window_s <= 0:
-            return
-        known = self._at.get(delivery_id)
-        if known is None or at_s > known:
-            self._at[delivery_id] = at_s
-            self._order.append((at_s, delivery_id))
+        if self.window_s > 0:
+            self._added.put(delivery_id, at_s)
 
     def seen(self, delivery_id: str, now_s: float) -> bool:
         """Whether ``delivery_id`` succeeded within the window before ``now_s``."""
         self.expire(now_s)
-        at_s = self._at.get(delivery_id)
+        at_s = self._added.at.get(delivery_id)
         # additions come roughly in time order; one that arrived late may outlive its window
         # in memory for a while, never in the answer
         if at_s is not None and at_s >= now_s - self.window_s:
             return True
-        until_s = self._until.get(delivery_id)
+        until_s = self._kept.at.get(delivery_id)
         return until_s is not None and until_s >= now_s
 
     def expire(self, now_s: float) -> None:
-        """Forget what succeeded before the window."""
-        horizon = now_s - self.window_s
-        order = self._order
-        while order and order[0][0] < horizon:
-            at_s, delivery_id = order.popleft()
-            if self._at.get(delivery_id) == at_s:
-                del self._at[delivery_id]
-        kept = self._until_order
-        while kept and kept[0][0] < now_s:
-            until_s, delivery_id = kept.popleft()
-            if self._until.get(delivery_id) == until_s:
-                del self._until[delivery_id]
+        """Forget what succeeded before the window, and what was kept until before now."""
+        self._added.drop_before(now_s - self.window_s)
+        self._kept.drop_before(now_s)
