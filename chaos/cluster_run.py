@@ -54,6 +54,7 @@ class ClusterChaosConfig:
     jars_dir: Path
     leader_kills: int = 3
     failover_worker_kills: int = 0  # `Faults.worker_kill_in_failover` steps, after the kills
+    failover_kills_all: bool = False  # those steps kill every worker, not worker 0
     controller_restart: bool = True
     broker_rolling: bool = True
     worker_rolling: bool = True
@@ -168,7 +169,7 @@ def run_cluster_chaos(config: ClusterChaosConfig) -> dict[str, Any]:
         _say(f"{len(cluster.workers)} workers ready on {cluster.brokers.bootstrap}")
         source = EventSource(cluster, uuid.uuid4().hex[:6], rng)
         publisher = Publisher(cluster, source, config.rate)
-        faults = Faults(cluster, config.steps(), config.gap_s, _say)
+        faults = Faults(cluster, config.steps(), config.gap_s, _say, config.failover_kills_all)
         scenario = None
         if down is not None:
             cut = config.before_rolling()

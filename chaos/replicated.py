@@ -11,9 +11,9 @@ faults of a cluster chaos run one after another and records each (SPEC Q1, D1):
 - ``worker_kill_in_failover``: ``kill -9`` a node that leads partitions of ``routed`` but does
   not coordinate the router's group; while those partitions have no leader (records routed to
   them wait unacknowledged in the workers' producers, and commits still reach the
-  coordinator), ``kill -9`` worker 0 and start it again. A worker that commits an event before
-  Kafka acknowledged its routed record loses it here (D1); `tests/integration/test_cluster.py`
-  shows that with such a worker;
+  coordinator), ``kill -9`` worker 0 (or every worker) and start it again. A worker that
+  commits an event before Kafka acknowledged its routed record loses it here (D1);
+  `tests/integration/test_cluster.py` shows that with such a worker;
 - ``controller_restart``: a clean restart of the active controller (the metadata quorum's
   leader), then wait until every partition is in sync;
 - ``broker_rolling``: restart every node, one after another, each once all partitions are in
@@ -105,8 +105,11 @@ class Faults:
         steps: list[str],
         gap_s: float,
         say: Callable[[str], None],
+        failover_kills_all: bool = False,
     ) -> None:
+        """``failover_kills_all``: ``worker_kill_in_failover`` kills every worker, not worker 0."""
         self.cluster = cluster
+        self.failover_kills_all = failover_kills_all
         self.steps = steps
         self.gap_s = gap_s
         self.say = say
@@ -186,18 +189,25 @@ class Faults:
         killed = time.monotonic()
         pid = brokers.kill(victim)
         time.sleep(HOLD_S)
-        worker = self.cluster.workers[0]
+        # worker 0 alone may route nothing to the dead node's partitions: the ingest topic is
+        # keyed by tenant, and the range assignment can give worker 0 only partitions with
+        # no events, or ones the dead node led (the sabotaged run of 2026-12-03 23:11 lost
+        # nothing that way). Killing every worker leaves no router whose records survive.
+        workers = self.cluster.workers if self.failover_kills_all else self.cluster.workers[:1]
         with self.cluster.workers_lock:
-            worker_pid = worker.proc.pid if worker.proc is not None else None
-            worker.kill()
+            worker_pids = [w.proc.pid if w.proc is not None else None for w in workers]
+            for worker in workers:
+                worker.kill()
             while any(brokers.leader_of(routed, p) in (victim, -1) for p in led):
                 time.sleep(0.2)
             failover_s = time.monotonic() - killed
             # started once the node is fenced: a worker that starts while the first broker of
             # its metadata is down and not yet fenced exits at start-up (Faust asks only that
             # broker for the controller; docs/deployment.md), and its supervisor restarts it
-            worker.start()
-        worker.wait_ready(300)
+            for worker in workers:
+                worker.start()
+        for worker in workers:
+            worker.wait_ready(300)
         began = time.monotonic()
         brokers.start_node(victim)
         brokers.wait_in_sync(None, brokers.ready_timeout)
@@ -206,7 +216,8 @@ class Faults:
             "pid": pid,
             "router_coordinator": coordinator,
             "routed_partitions_led": led,
-            "worker_pid": worker_pid,
+            "worker_pid": worker_pids[0],
+            "worker_pids": worker_pids,
             "worker_killed_after_s": HOLD_S,
             "failover_s": round(failover_s, 1),
             "back_in_sync_s": round(time.monotonic() - began, 1),
