@@ -189,13 +189,12 @@ class Faults:
         killed = time.monotonic()
         pid = brokers.kill(victim)
         time.sleep(HOLD_S)
-        # worker 0 alone may route nothing to the dead node's partitions: the ingest topic is
-        # keyed by tenant, and the range assignment can give worker 0 only partitions with
-        # no events, or ones the dead node led (the sabotaged run of 2026-12-03 23:11 lost
-        # nothing that way). Killing every worker leaves no router whose records survive.
+        # worker 0 alone may hold no busy ingest partition with a live leader, and then has
+        # nothing waiting for the dead node; with every worker killed, no router's records
+        # survive (docs/reliability.md, "Can it fail?")
         workers = self.cluster.workers if self.failover_kills_all else self.cluster.workers[:1]
         with self.cluster.workers_lock:
-            worker_pids = [w.proc.pid if w.proc is not None else None for w in workers]
+            worker_pids = self.cluster.worker_pids()[: len(workers)]  # workers is a prefix
             for worker in workers:
                 worker.kill()
             while any(brokers.leader_of(routed, p) in (victim, -1) for p in led):
@@ -216,7 +215,6 @@ class Faults:
             "pid": pid,
             "router_coordinator": coordinator,
             "routed_partitions_led": led,
-            "worker_pid": worker_pids[0],
             "worker_pids": worker_pids,
             "worker_killed_after_s": HOLD_S,
             "failover_s": round(failover_s, 1),
