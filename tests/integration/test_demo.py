@@ -9,6 +9,7 @@ session's broker (``--keep-kafka``: the test does not own it) with a small event
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -110,6 +111,7 @@ def test_u1_r1_the_demo_holds_its_worker_so_the_gone_endpoint_is_reenabled_from_
     demo = subprocess.Popen(
         [*command, "--keep-kafka", "--keep-worker"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=_ctrl_c_delivered,
     )  # fmt: skip
     seen: list[str] = []
     try:
@@ -138,7 +140,26 @@ def test_u1_r1_the_demo_holds_its_worker_so_the_gone_endpoint_is_reenabled_from_
         except subprocess.TimeoutExpired:
             demo.kill()
             code = demo.wait(10)
+            _kill_orphaned_worker(seen)
         if demo.stdout is not None:
             seen.extend(demo.stdout.read().splitlines(keepends=True))
             demo.stdout.close()
     assert code == 0, "".join(seen[-40:])
+
+
+def _ctrl_c_delivered() -> None:
+    """In the demo's process, before it starts: Ctrl-C stops it, as in a terminal. A test run
+    started in the background by a shell without job control (``make test &``) hands its
+    children SIGINT ignored, and Python keeps it so: the demo would never see the test's
+    Ctrl-C (CI of 2026-12-04 04:46 waited 60 s for it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _kill_orphaned_worker(lines: list[str]) -> None:
+    """A demo killed with -9 cannot stop its worker: the test does, so a failure leaves no
+    process behind (that one ran against the session's broker for 16 minutes)."""
+    found = re.search(r"worker started \(pid (\d+)\)", "".join(lines))
+    if found is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(int(found.group(1)), signal.SIGKILL)
