@@ -58,7 +58,7 @@ bench: install kafka ## Run every benchmark (long); figures in bench/results/sum
 	$(BIN)/python -m bench.e2e --scenario memory --runs 1 --subscriptions 100000 --rate 50
 	$(BIN)/python -m bench.e2e --scenario fanout --runs 3
 	$(BIN)/python -m bench.flow --scenario f3 --runs 3
-	$(BIN)/python -m bench.flow --scenario f7 --runs 3
+	$(BIN)/python -m bench.flow --scenario f7 --runs 5
 	$(BIN)/python -m bench.flow --scenario f1 --runs 3
 	$(BIN)/python -m bench.flow --scenario f5 --runs 3
 	$(BIN)/python -m bench.lookup --attempts 100000 --attempts 2000000
