@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import click
 
 from streams.cli.common import echo_json
 from streams.demo.recovery import run_recovery
 from streams.demo.run import Summary, run_demo
+
+T = TypeVar("T")
 
 
 @click.command()
@@ -39,12 +44,10 @@ from streams.demo.run import Summary, run_demo
 def demo(per_type: int, keep_kafka: bool, keep_worker: bool, as_json: bool, scenario: str) -> None:
     """Start Kafka, topics, a worker and demo receivers; deliver real webhooks; summarise."""
     if scenario == "recovery":
-        run_recovery(click.echo)
+        run_recovery(click.echo, run=_run)
         return
     show = echo_json if as_json else _print_summary
-    summary = asyncio.run(
-        run_demo(per_type, click.echo, keep_kafka, keep_worker=keep_worker, show=show)
-    )
+    summary = _run(run_demo(per_type, click.echo, keep_kafka, keep_worker=keep_worker, show=show))
     if keep_worker and not summary.shortfalls():
         return  # shown before the demo held its worker for the portal, until Ctrl-C
     show(summary)
@@ -54,6 +57,24 @@ def demo(per_type: int, keep_kafka: bool, keep_worker: bool, as_json: bool, scen
         for line in shortfalls:
             click.echo(f"demo incomplete: {line}", err=True)
         raise SystemExit(1)
+
+
+def _run(main: Coroutine[Any, Any, T]) -> T:
+    """Run a demo coroutine; SIGTERM (``kill``, a service manager, a CI job's end) stops it as
+    Ctrl-C does: its task is cancelled, so the worker and receivers it started are stopped on
+    the way out. Killed outright, the demo left its worker running, holding port 6067."""
+
+    async def until_sigterm() -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        return await main
+
+    try:
+        return asyncio.run(until_sigterm())
+    except asyncio.CancelledError:
+        click.echo("demo stopped (SIGTERM)", err=True)
+        raise SystemExit(128 + signal.SIGTERM) from None
 
 
 def _print_summary(summary: Summary) -> None:

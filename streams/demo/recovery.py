@@ -20,7 +20,8 @@ import contextlib
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import orjson
 
@@ -158,12 +159,15 @@ def main() -> None:
     sys.exit(0 if ok else 1)
 
 
-def run_recovery(say: Callable[[str], None]) -> None:
-    """The recovery scenario (R1, R2) on the local broker, which it starts if needed."""
+def run_recovery(
+    say: Callable[[str], None], run: Callable[[Coroutine[Any, Any, bool]], bool] = asyncio.run
+) -> None:
+    """The recovery scenario (R1, R2) on the local broker, which it starts if needed; ``run``
+    runs its coroutine (the CLI's also stops it on SIGTERM)."""
     settings = scenario_settings()
     started = LocalKafka(settings, say=say).start()
     say(f"kafka ready at {started.bootstrap} ({started.seconds:.1f}s)")
-    if not asyncio.run(run_scenario(settings, say)):
+    if not run(run_scenario(settings, say)):
         raise HookstreamError("the recovery scenario did not complete; see the lines above")
 
 

@@ -147,6 +147,57 @@ def test_u1_r1_the_demo_holds_its_worker_so_the_gone_endpoint_is_reenabled_from_
     assert code == 0, "".join(seen[-40:])
 
 
+def test_sigterm_ends_the_demo_and_its_worker(kafka_bootstrap: str) -> None:
+    """SIGTERM (``kill``, a service manager) stops the demo as Ctrl-C does: the worker it
+    started goes with it, and the demo says why it stopped (exit 143). It used to end at once
+    and leave its worker running, holding the API's port 6067."""
+    env = {**os.environ, "HOOKSTREAM_KAFKA_BOOTSTRAP": kafka_bootstrap}
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "streams.cli", "demo", "--events", "5", "--keep-kafka"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    seen: list[str] = []
+    worker_pid = None
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            seen.append(line)
+            found = re.search(r"worker started \(pid (\d+)\)", line)
+            if found is not None:
+                worker_pid = int(found.group(1))
+                break
+        assert worker_pid is not None, "".join(seen[-40:])
+        demo.send_signal(signal.SIGTERM)
+        code = demo.wait(60)
+        seen.extend(demo.stdout.read().splitlines(keepends=True))
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait(10)
+            _kill_orphaned_worker(seen)
+        if demo.stdout is not None:
+            demo.stdout.close()
+    assert code == 128 + signal.SIGTERM, "".join(seen[-40:])
+    assert any("demo stopped (SIGTERM)" in line for line in seen), "".join(seen[-40:])
+    deadline = time.monotonic() + 10
+    try:
+        while _running(worker_pid):
+            assert time.monotonic() < deadline, f"the demo's worker {worker_pid} outlived it"
+            time.sleep(0.2)
+    finally:  # a failure leaves no worker behind on the session's broker
+        if _running(worker_pid):
+            os.kill(worker_pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie awaiting its parent)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def _ctrl_c_delivered() -> None:
     """In the demo's process, before it starts: Ctrl-C stops it, as in a terminal. A test run
     started in the background by a shell without job control (``make test &``) hands its
