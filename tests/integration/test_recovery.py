@@ -152,9 +152,23 @@ async def test_f4_p5_backfill_is_paced_and_live_traffic_keeps_its_latency(
         during = await live_arrivals(30)
         await h.wait_for(lambda: running.finished_jobs >= 1, 60)
         await h.wait_for(lambda: len(receiver.requests_to("/backfilled")) > BACKFILLED, 30)
-    arrivals = sorted(r.at for r in receiver.requests_to("/backfilled")[1:])  # after the probe
-    window = arrivals[10:111]
+        attempts = await h.attempts()
+    # The pace is judged on when the dispatcher started each backfill attempt (the ledger, D7),
+    # not on when the receiver logged it: that thread shares the GIL with this process's
+    # pipeline and, under CI load, logs a backlog late and at once (CI of 2026-12-04 12:40
+    # measured 23.8/s on its times).
+    started = sorted(
+        a.started_at / 1000
+        for a in attempts
+        if a.subscription_id == target.id and a.lane is Lane.BACKFILL
+    )
+    window = started[10:111]
     rate = (len(window) - 1) / (window[-1] - window[0])
+    arrivals = sorted(r.at for r in receiver.requests_to("/backfilled")[1:])  # after the probe
+    logged = arrivals[10:111]
+    logged_rate = (len(logged) - 1) / (logged[-1] - logged[0])
+    print(f"F4: backfill {rate:.2f}/s (ledger), {logged_rate:.2f}/s (receiver's log)")
+    assert len(window) == 101, len(started)
     assert 18.0 <= rate <= 22.0, f"backfill ran at {rate:.2f}/s, asked 20/s"
     still_to_come = sum(at > max(during) for at in arrivals)
     spans = (min(during) - arrivals[0], max(during) - arrivals[0], arrivals[-1] - arrivals[0])
