@@ -33,6 +33,8 @@ pytestmark = pytest.mark.integration
 PER_TYPE = 10
 #: librdkafka's own format: ``%<level>|<time>|<facility>|<client>| message``.
 RAW_LIBRDKAFKA = re.compile(r"^%\d\|\d+\.\d+\|")
+#: The demo's line naming its worker process.
+WORKER_STARTED = re.compile(r"worker started \(pid (\d+)\)")
 
 
 def test_demo_settles_every_delivery_and_suspends_the_gone_endpoint(kafka_bootstrap: str) -> None:
@@ -162,7 +164,7 @@ def test_sigterm_ends_the_demo_and_its_worker(kafka_bootstrap: str) -> None:
         assert demo.stdout is not None
         for line in demo.stdout:
             seen.append(line)
-            found = re.search(r"worker started \(pid (\d+)\)", line)
+            found = WORKER_STARTED.search(line)
             if found is not None:
                 worker_pid = int(found.group(1))
                 break
@@ -209,7 +211,7 @@ def _ctrl_c_delivered() -> None:
 def _kill_orphaned_worker(lines: list[str]) -> None:
     """A demo killed with -9 cannot stop its worker: the test does, so a failure leaves no
     process behind (that one ran against the session's broker for 16 minutes)."""
-    found = re.search(r"worker started \(pid (\d+)\)", "".join(lines))
+    found = WORKER_STARTED.search("".join(lines))
     if found is None:
         return
     with contextlib.suppress(ProcessLookupError):
