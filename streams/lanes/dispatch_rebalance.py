@@ -2,9 +2,10 @@
 
 Librdkafka calls `Rebalancing._on_assign` and `Rebalancing._on_revoke` on the lane's read thread,
 inside a ``take``. An assignment recalls the partitions' recent successes (the dedup window);
-a revocation lets attempts under way finish, writes what the outbox buffers, commits the
-positions settled so far after a producer flush, and then forgets the partitions' timers, pauses
-and pending copies on the event loop. `streams.lanes.dispatcher.Dispatcher` holds the state
+a revocation drops the deliveries queued on the partitions (nothing more starts there), lets
+attempts under way finish, writes what the outbox buffers, commits the positions settled so far
+after a producer flush, and then forgets the partitions' timers, pauses and pending copies on the
+event loop. `streams.lanes.dispatcher.Dispatcher` holds the state
 these work on.
 """
 
@@ -15,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
@@ -31,6 +33,8 @@ from streams.lanes.tiers import TierTimers
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: How long a rebalance waits for attempts under way on revoked partitions.
 REVOKE_GRACE_S = 10.0
@@ -85,13 +89,20 @@ class Rebalancing:
             consumer.resume(partitions)
         except KafkaException as exc:
             log.warning("revoked partitions not resumed: %s", exc)
+        # Nothing more starts on these partitions: what waits in the queues is the new owner's
+        # to send. Attempts started after the positions below are taken would be sent again
+        # by the new owner, which reads the ledger before their records are in it (Q1).
+        try:
+            self._on_loop(self._stop_starting, tps)
+        except Exception as exc:  # the queues go in `_cancel_timers` below instead
+            log.warning("revoked partitions' queues not dropped: %s", exc)
         # Let attempts already under way on these partitions finish and settle first (one
         # deadline), so their offsets are committed and the new owner does not send them again.
         deadline = time.monotonic() + REVOKE_GRACE_S
         while time.monotonic() < deadline and any(self._flow.running[tp] > 0 for tp in tps):
             time.sleep(0.05)
         try:
-            positions = self._release_on_loop(tps)
+            positions = self._on_loop(self._release, tps)
         except Exception as exc:  # nothing committed: the new owner replays from the last commit
             log.warning("revoked partitions not released: %s", exc)
             positions = {}
@@ -107,6 +118,13 @@ class Rebalancing:
         if loop is not None:
             loop.call_soon_threadsafe(self._cancel_timers, tps)
 
+    def _stop_starting(self, tps: list[TP]) -> None:
+        """Revoked partitions: their queued deliveries are dropped and their waiting timers can
+        no longer hand any over (`_spawn` checks the assignment). On the event loop."""
+        with self._lock:
+            self._assigned.difference_update(tps)
+        self._flow.forget(set(tps))
+
     def _release(self, tps: list[TP]) -> dict[TP, int]:
         """Write the outbox's buffered health outcomes and digests, then take revoked
         partitions' positions out of the tracker. On the event loop, where deliveries settle,
@@ -119,25 +137,26 @@ class Rebalancing:
             self._assigned.difference_update(tps)
         return positions
 
-    async def _released(self, tps: list[TP]) -> dict[TP, int]:
-        return self._release(tps)
-
-    def _release_on_loop(self, tps: list[TP]) -> dict[TP, int]:
-        """`_release` on the dispatcher's event loop, waited for: a rebalance callback runs on
-        the lane's read thread, while the outbox belongs to the loop. In place when the loop is
-        this thread's, or not running (nothing settles on it)."""
+    def _on_loop(self, step: Callable[[list[TP]], _T], tps: list[TP]) -> _T:
+        """``step(tps)`` on the dispatcher's event loop, waited for: a rebalance callback runs
+        on the lane's read thread, while flow control and the outbox belong to the loop. In
+        place when the loop is this thread's, or not running (nothing settles on it)."""
         loop = self._loop
         try:
             here = asyncio.get_running_loop() is loop
         except RuntimeError:
             here = False
         if loop is None or here or not loop.is_running():
-            return self._release(tps)
+            return step(tps)
+
+        async def on_loop() -> _T:
+            return step(tps)
+
         try:
-            released = asyncio.run_coroutine_threadsafe(self._released(tps), loop)
+            done = asyncio.run_coroutine_threadsafe(on_loop(), loop)
         except RuntimeError:  # closed meanwhile
-            return self._release(tps)
-        return released.result(timeout=REVOKE_GRACE_S)
+            return step(tps)
+        return done.result(timeout=REVOKE_GRACE_S)
 
     def _cancel_timers(self, tps: list[TP]) -> None:
         self._flow.forget(set(tps))

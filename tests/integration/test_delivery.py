@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -246,3 +247,48 @@ async def test_d1_d10_a_revoke_writes_buffered_outcomes_before_it_commits_their_
     assert [(o.subscription_id, o.outcome) for o in health] == [(sub.id, OutcomeClass.SUCCESS)]
     assert [d.subscription_ids for d in digests] == [(sub.id,)]
     assert committed[0].offset == 5  # past all five, committed by the revoke itself
+
+
+class _SlowFlush:
+    """The dispatcher's producer with a flush that takes ``seconds`` first, as on a loaded
+    machine or a slow broker; everything else as the real one."""
+
+    def __init__(self, producer: Producer, seconds: float) -> None:
+        self._producer, self._seconds = producer, seconds
+
+    def flush(self, timeout: float) -> int:
+        time.sleep(self._seconds)
+        return int(self._producer.flush(timeout))
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._producer, name)
+
+
+async def test_q1_d1_a_revoke_starts_nothing_more_on_the_revoked_partitions(
+    make_settings: Callable[..., Settings], receiver_factory: Callable[..., Receiver]
+) -> None:
+    """What waits in a revoked partition's queue is the new owner's to send. An attempt the old
+    owner started after taking the positions it commits would be sent twice: the new owner
+    reads the ledger before that attempt's record is in it (Q1). A slow producer flush in the
+    revoke (a loaded machine) held that window open for as long as it took."""
+    receiver = receiver_factory()
+    url = receiver.route("/paced", Respond(200))
+    async with PipelineHarness(make_settings(**SHORT)) as h:
+        await h.subscribe(url, ["invoice.*"], rate_limit=20.0, max_in_flight=1)
+        await h.publish([make_event("acme", "invoice.paid", n) for n in range(200)])
+        await h.wait_for(lambda: len(receiver.requests) >= 10, timeout_s=30)
+        dispatcher = h.pipeline.dispatcher
+        assert dispatcher is not None
+        consumer = dispatcher._consumer
+        assert consumer is not None
+        dispatcher._producer = _SlowFlush(dispatcher._producer, 1.5)  # type: ignore[assignment]
+        began = time.time()
+        await asyncio.to_thread(dispatcher._on_revoke, consumer, consumer.assignment())
+        ended = time.time()
+        await asyncio.sleep(0.5)
+        got = receiver.requests
+    # the one attempt under way when the revoke began may still land just after it
+    late = [r.at - began for r in got if r.at > began + 0.1]
+    print(f"requests {len(got)}, after the revoke began: {len(late)}, revoke {ended - began:.1f}s")
+    assert ended - began >= 1.5
+    assert late == [], f"{len(late)} attempts started on revoked partitions: {late[:5]}"
