@@ -140,6 +140,7 @@ class Dispatcher(Rebalancing):
             adaptive=settings.adaptive_concurrency,
             on_decrease=metrics.record_concurrency_decrease,
             ramp=self._breakers.ramp_rate,
+            paced_topics=frozenset({settings.topic("backfill")}),
         )
         self._tiers_held = TierTimers(self._spawn, self._is_assigned, clock)
         registry.on_change(self._subscription_changed)  # acts once `run` has a loop

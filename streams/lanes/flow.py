@@ -96,12 +96,16 @@ class FlowControl:
         adaptive: bool = False,
         on_decrease: Callable[[str], None] | None = None,
         ramp: Callable[[str, float], float | None] | None = None,
+        paced_topics: frozenset[str] = frozenset(),
     ) -> None:
         self._slots = FairSlots(slots, tenant_weights)
         self._origin_cap = origin_max_in_flight
         self._adaptive = adaptive
         self._on_decrease = on_decrease
         self._ramp = ramp  # (origin, now) -> the recovery ramp's rate here (F4), or None
+        # topics whose records were paced where they were written (the backfill lane, R2/P5):
+        # read straight from there, a delivery is neither held nor counted by the ramp
+        self._paced_topics = paced_topics
         self._origins: dict[str, OriginGate] = {}
         self._origin_latency: dict[str, float] = {}  # moving average of attempt seconds
         self._origin_done: dict[str, float] = {}  # when an attempt last ended (monotonic)
@@ -260,7 +264,7 @@ class FlowControl:
             now = self._clock()
             wait = max(flow.paused_until - now, flow.bucket.wait(now) if flow.bucket else 0.0)
             paced = False  # whether a recovery ramp paced this turn
-            if self._ramp is not None:
+            if self._ramp is not None and flow.queue[0][0][0] not in self._paced_topics:
                 rate = self._ramp(flow.origin, now)
                 paced = rate is not None
                 wait = max(wait, origin.ramp_wait(rate, now))
@@ -272,7 +276,8 @@ class FlowControl:
                 continue
             if flow.bucket is not None:
                 flow.bucket.take(self._clock())
-            origin.ramp_take(now)
+            if paced:
+                origin.ramp_take(now)
             tp, offset, delivery = flow.queue.popleft()
             self.queued -= 1
             self.running[tp] += 1
@@ -291,7 +296,7 @@ class FlowControl:
         requeued = False
         try:
             await self._slots.acquire(flow.tenant)
-            if not paced and self._ramps(flow.origin):
+            if not paced and tp[0] not in self._paced_topics and self._ramps(flow.origin):
                 # let go while its origin's breaker was open, it waited for a slot while the
                 # breaker closed: back to the head of the line, behind the recovery ramp (F4)
                 self._slots.release()

@@ -133,12 +133,11 @@ async def test_f4_p5_backfill_is_paced_and_live_traffic_keeps_its_latency(
     receiver = receiver_factory()
     slow_url = receiver.route("/backfilled", Respond(200))
     live_url = receiver.route("/live", Respond(200))
-    # The re-enable's recovery ramp (F4) is off: this is the backfill's own pace (R2, P5). With
-    # it on, the ramp paces the origin too, from 5/s up, and the window below measures whichever
-    # part of the ramp it falls in: 5.2/s in CI of 2026-12-04 13:28, 23.8/s (the held backlog
-    # let out faster than the backfill's pace) at 12:40. tests/integration/test_recovery_ramp.py
-    # holds the ramp; docs/health.md names the interaction.
-    settings = make_settings(recovery_ramp=False)
+    # The re-enable starts the origin's recovery ramp (F4) from 5/s, as in production. The
+    # backfill is paced where it is written, so the ramp neither holds nor counts what is read
+    # from its lane; when it did, this window measured the ramp: 5.2/s in CI of 2026-12-04
+    # 13:28, and 23.8/s at 12:40 (the backlog it held let out above the backfill's pace).
+    settings = make_settings()
     async with PipelineHarness(settings) as h, runner(h) as running:
         target = await suspend(h, await h.subscribe(slow_url, ["invoice.*"]), _now_ms())
         await h.subscribe(live_url, ["order.*"])

@@ -235,3 +235,37 @@ async def test_f4_deliveries_let_go_while_the_breaker_was_open_wait_for_the_ramp
     await asyncio.sleep(1.2)
     assert len(attempted) == 20
     assert len(set(attempted)) == 20
+
+
+async def test_f4_r2_a_backfill_read_from_its_lane_is_paced_there_not_by_the_ramp() -> None:
+    """A re-enable starts the origin's recovery ramp; the backfill that goes with it is paced
+    where it is written (R2, P5). Read from the backfill topic, its deliveries are neither held
+    nor counted by the ramp: held, they came out at the ramp's rate, then above their own pace
+    once the ramp outgrew it. A live delivery of the same origin still waits for the ramp."""
+    backfilled = _sub("sub_backfilled", "https://back.example/hook")
+    live = _sub("sub_live", "https://back.example/other")
+    attempted: list[str] = []
+
+    async def attempt(sub: Subscription, delivery: Delivery) -> Ended:
+        attempted.append(delivery.delivery_id)
+        return Ended()
+
+    control = FlowControl(
+        slots=64,
+        origin_max_in_flight=64,
+        attempt=attempt,
+        defer=lambda *_: None,
+        settled=lambda *_: None,
+        lookup={backfilled.id: backfilled, live.id: live}.get,
+        ramp=lambda _origin, _now: 1.0,  # 1/s, starting with no token saved
+        paced_topics=frozenset({"backfill"}),
+    )
+    for offset in range(10):
+        control.submit(("backfill", 0), offset, _delivery(backfilled, offset), backfilled)
+    control.submit(TP, 0, _delivery(live, 0), live)
+    control.submit(TP, 1, _delivery(live, 1), live)
+    await asyncio.sleep(0.3)
+    assert sorted(attempted) == sorted(f"dlv_sub_backfilled_{n}" for n in range(10))
+    await asyncio.sleep(1.0)
+    # the ramp's first token went to the live lane, not to the ten backfilled deliveries
+    assert attempted[10:] == ["dlv_sub_live_0"]
