@@ -29,7 +29,15 @@ from streams.adapters.kafka_clients import header
 from streams.adapters.topic_reader import scan
 from streams.domain.filters import matches
 from streams.domain.idempotency import delivery_id
-from streams.domain.models import Attempt, DeadLetter, Delivery, Event, Subscription
+from streams.domain.models import (
+    Attempt,
+    DeadLetter,
+    Delivery,
+    Event,
+    FailureKind,
+    OutcomeClass,
+    Subscription,
+)
 from streams.errors import DecodeError
 from streams.services.ledger import summarise
 from streams.settings import Settings
@@ -76,6 +84,7 @@ class AuditReport:
     receiver_statuses: dict[str, int]
     unsigned_requests: int
     lost_sample: list[str] = field(default_factory=list)
+    duplicate_causes: dict[str, int] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -141,6 +150,25 @@ def _final_state(did: str, ok: Mapping[str, int], dead: Mapping[str, str]) -> st
     return "parked" if reason in PARKED_REASONS else "dead"
 
 
+def duplicate_cause(answered_2xx: int, history: list[Attempt]) -> str:
+    """Why a receiver answered one delivery 2xx ``answered_2xx`` (> 1) times, from its ledger.
+
+    - ``sent_after_a_recorded_success``: the ledger holds two successes or more, so a worker
+      sent it although a success was on record (the dedup window missed it, or the two
+      attempts overlapped);
+    - ``answered_after_its_timeout``: a receiver's 2xx that the worker had given up on, which
+      the ledger holds as a timeout and retried;
+    - ``success_not_recorded``: a 2xx the ledger never heard of: the attempt was in flight, or
+      its record in the producer's queue, when its worker died.
+    """
+    successes = sum(1 for a in history if a.outcome is OutcomeClass.SUCCESS)
+    if successes >= 2:
+        return "sent_after_a_recorded_success"
+    if successes < answered_2xx and any(a.reason == FailureKind.TIMEOUT for a in history):
+        return "answered_after_its_timeout"
+    return "success_not_recorded"
+
+
 def audit(
     pairs: Mapping[str, tuple[str, str]],
     published: Iterable[str],
@@ -164,6 +192,9 @@ def audit(
     states = Counter(_final_state(did, ok, dead) for did in pairs)
     lost = sorted(did for did in pairs if _final_state(did, ok, dead) == "lost")
     duplicates = sum(max(0, ok.get(did, 0) - 1) for did in pairs)
+    causes = Counter(
+        duplicate_cause(ok[did], by_delivery.get(did, [])) for did in pairs if ok.get(did, 0) > 1
+    )
     reasons = Counter(reason for did, reason in dead.items() if did in pairs)
     return AuditReport(
         published_events=len(published_ids),
@@ -190,4 +221,5 @@ def audit(
         receiver_statuses={str(code): n for code, n in sorted(statuses.items())},
         unsigned_requests=unsigned,
         lost_sample=lost[:SAMPLE],
+        duplicate_causes=dict(causes),
     )

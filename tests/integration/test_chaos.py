@@ -100,7 +100,10 @@ def test_Q1_D1_nothing_lost_and_few_duplicates_across_kills_and_a_broker_restart
     report = run_chaos(config)
     (tmp_path / "chaos-report.json").write_text(json.dumps(report, indent=2))
     found = report["audit"]
-    summary = {k: found[k] for k in ("final_states", "lost_sample", "duplicates_by_10s")}
+    summary = {
+        k: found[k]
+        for k in ("final_states", "lost_sample", "duplicate_causes", "duplicates_by_10s")
+    }
 
     assert len(report["timeline"]["kills"]) == 3
     assert report["timeline"]["broker_restart"], "the broker restart did not complete"

@@ -72,7 +72,10 @@ def test_Q1_D1_nothing_lost_across_a_leader_kill_and_a_rolling_broker_restart(
     report = run_cluster_chaos(config)
     found = report["audit"]
     print(json.dumps({k: report[k] for k in ("faults", "publish", "drain_s")} | {"audit": found}))
-    summary = {k: found[k] for k in ("final_states", "lost_sample", "duplicates_by_10s")}
+    summary = {
+        k: found[k]
+        for k in ("final_states", "lost_sample", "duplicate_causes", "duplicates_by_10s")
+    }
 
     assert report["fault_error"] is None, report["faults"]
     steps = [fault["step"] for fault in report["faults"]]
