@@ -41,6 +41,7 @@ from streams.adapters.kafka_clients import (
 from streams.adapters.registry import SubscriptionRegistry
 from streams.domain.backoff import RetryPolicy
 from streams.domain.breaker import origin_of
+from streams.domain.commit_gate import CommitGate
 from streams.domain.dedup import RecentSuccesses
 from streams.domain.models import Delivery, Lane, Subscription, SubscriptionStatus
 from streams.domain.offsets import OffsetTracker
@@ -67,9 +68,11 @@ PARKED_LANES = frozenset({Lane.RETRY, Lane.BACKFILL, Lane.REPLAY})
 # under way here (Q1): copies replayed after a crash or rebalance, a backfill's copies of what
 # went live in the settle time after a re-enable (R2). Replays, probes and tests always go.
 DEDUPED_LANES = frozenset({Lane.LIVE, Lane.RETRY, Lane.BACKFILL})
-# At most this many settled, uncommitted deliveries: while commits fail (the broker is away),
-# the lane stops taking new work instead of delivering what it cannot record.
+# At most this many settled, uncommitted deliveries, and this many once no commit has been
+# confirmed for a second (the broker is away): the lane stops starting and taking new work
+# instead of delivering what it cannot record (`streams.domain.commit_gate`).
 UNCOMMITTED_CAP_PER_SLOT = 4
+STALLED_CAP_PER_SLOT = 0.25
 # The intake buffer is dispatch_concurrency x this many deliveries (taken in, not settled).
 BUFFER_PER_SLOT = 32
 
@@ -291,7 +294,9 @@ class Dispatcher(Rebalancing):
         partition_cap = max(1, buffer_cap // PARTITION_SHARE)
         # one batch could otherwise overfill a partition's share before its pause takes effect
         batch = min(self._settings.dispatch_batch_size, partition_cap)
-        uncommitted_cap = self._settings.dispatch_concurrency * UNCOMMITTED_CAP_PER_SLOT
+        slots = self._settings.dispatch_concurrency
+        uncommitted_cap = slots * UNCOMMITTED_CAP_PER_SLOT
+        gate = CommitGate(uncommitted_cap, max(1, int(slots * STALLED_CAP_PER_SLOT)))
         read = functools.partial(take, consumer, batch, 0.05, self._rebalance_count)
         last_commit = time.monotonic()
         watch = asyncio.create_task(self._idle.watch(stop))
@@ -307,6 +312,8 @@ class Dispatcher(Rebalancing):
                 self._commit_soon(consumer, seal)
                 if seal:
                     last_commit = time.monotonic()
+                confirmed = self._committer.confirmed_mark
+                self._flow.hold(gate.held(self.settled_count, confirmed, time.monotonic()))
                 if self._flow.busy >= buffer_cap:
                     await asyncio.sleep(0.01)  # intake waits; queues are bounded per subscription
                     continue

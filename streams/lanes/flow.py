@@ -116,6 +116,8 @@ class FlowControl:
         self._lookup = lookup
         self._clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
+        self._open = asyncio.Event()  # cleared while Kafka cannot record what starts (`hold`)
+        self._open.set()
         self.queued = 0
         self.running: Counter[TP] = Counter()  # attempts under way, per source partition
         self.held: Counter[TP] = Counter()  # taken in, not settled: queued + running, per partition
@@ -124,6 +126,14 @@ class FlowControl:
     def busy(self) -> int:
         """Deliveries taken in but not settled yet: queued plus running."""
         return self.queued + len(self._tasks)
+
+    def hold(self, held: bool) -> None:
+        """Start no attempt while ``held`` (Kafka cannot record it, `CommitGate`); those under
+        way finish. The dispatcher calls this on every turn of its loop."""
+        if held:
+            self._open.clear()
+        else:
+            self._open.set()
 
     def _flow(self, sub: Subscription) -> _Flow:
         flow = self._flows.get(sub.id)
@@ -260,6 +270,11 @@ class FlowControl:
                 origin.release()
                 in_flight.release()
                 break
+            if not self._open.is_set():
+                origin.release()
+                in_flight.release()
+                await self._open.wait()
+                continue
             # checked after the slots: an attempt that just ended may have paused the flow
             now = self._clock()
             wait = max(flow.paused_until - now, flow.bucket.wait(now) if flow.bucket else 0.0)

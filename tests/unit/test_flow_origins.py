@@ -269,3 +269,21 @@ async def test_f4_r2_a_backfill_read_from_its_lane_is_paced_there_not_by_the_ram
     await asyncio.sleep(1.0)
     # the ramp's first token went to the live lane, not to the ten backfilled deliveries
     assert attempted[10:] == ["dlv_sub_live_0"]
+
+
+async def test_q1_held_flow_control_starts_nothing_until_let_go() -> None:
+    """While the dispatcher's `CommitGate` holds (Kafka cannot record outcomes), queued
+    deliveries wait; attempts already under way are not touched."""
+    sub = _sub("sub_held", "https://held.example/hook")
+    recorder = Recorder(hang=set(), seconds=0.0)
+    control = _control(recorder, {sub.id: sub}, origin_cap=64)
+    control.submit(TP, 0, _delivery(sub, 0), sub)
+    await recorder.wait_settled(range(1))
+    control.hold(True)
+    for offset in range(1, 6):
+        control.submit(TP, offset, _delivery(sub, offset), sub)
+    await asyncio.sleep(0.2)
+    assert recorder.attempted == ["dlv_sub_held_0"]
+    control.hold(False)
+    await recorder.wait_settled(range(1, 6))
+    assert len(recorder.attempted) == 6
