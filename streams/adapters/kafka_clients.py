@@ -144,10 +144,11 @@ T = TypeVar("T")
 class _Batch:
     """The records one consumed batch caused to be produced, and how many Kafka has acked."""
 
-    __slots__ = ("acked", "error", "lock", "mark", "positions", "produced", "sealed")
+    __slots__ = ("acked", "error", "lock", "mark", "owner", "positions", "produced", "sealed")
 
-    def __init__(self, lock: threading.Lock) -> None:
+    def __init__(self, lock: threading.Lock, owner: BatchAcks) -> None:
         self.lock = lock
+        self.owner = owner
         self.produced = 0  # only the lane's thread adds to it
         self.acked = 0  # delivery reports, from whichever thread serves the producer
         self.error: str | None = None
@@ -158,6 +159,8 @@ class _Batch:
     def __call__(self, err: KafkaError | None, _msg: Any) -> None:
         with self.lock:
             self.acked += 1
+            self.owner.waiting -= 1
+            self.owner.acked_at = time.monotonic()
             if err is not None and self.error is None:
                 self.error = str(err)
 
@@ -179,23 +182,37 @@ class BatchAcks:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._batches: deque[_Batch] = deque()
-        self._open = _Batch(self._lock)
+        self._open = _Batch(self._lock, self)
+        self.waiting = 0  # records produced and not acknowledged yet, every batch
+        # monotonic: Kafka's last acknowledgement, or when records began waiting after none did
+        self.acked_at = time.monotonic()
 
     def produce(self, producer: Producer, topic: str, key: str, value: bytes) -> None:
         """Produce one record on behalf of the batch being consumed."""
         batch = self._open
         batch.produced += 1
         produce(producer, topic, key, value, on_delivery=batch)
+        with self._lock:  # its report may have come already: then this brings it back to 0
+            if self.waiting <= 0:
+                self.acked_at = time.monotonic()
+            self.waiting += 1
 
     def seal(self, positions: dict[TP, int], mark: int = 0) -> None:
         """Close the current batch: ``positions`` are committable once its records are acked.
 
         ``mark`` is the caller's progress count as of these positions (`committable_marked`)."""
-        batch, self._open = self._open, _Batch(self._lock)
+        batch, self._open = self._open, _Batch(self._lock, self)
         batch.positions = positions
         batch.mark = mark
         batch.sealed = True
         self._batches.append(batch)
+
+    def unacknowledged(self, now: float) -> tuple[int, float]:
+        """Records waiting for Kafka's acknowledgement, and for how many seconds Kafka has
+        acknowledged none of them (0 while none wait)."""
+        with self._lock:
+            waiting, since = self.waiting, self.acked_at
+        return waiting, (now - since) if waiting > 0 else 0.0
 
     @property
     def unacked(self) -> int:

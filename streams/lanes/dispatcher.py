@@ -68,9 +68,9 @@ PARKED_LANES = frozenset({Lane.RETRY, Lane.BACKFILL, Lane.REPLAY})
 # under way here (Q1): copies replayed after a crash or rebalance, a backfill's copies of what
 # went live in the settle time after a re-enable (R2). Replays, probes and tests always go.
 DEDUPED_LANES = frozenset({Lane.LIVE, Lane.RETRY, Lane.BACKFILL})
-# At most this many settled, uncommitted deliveries, and this many once no commit has been
-# confirmed for a second (the broker is away): the lane stops starting and taking new work
-# instead of delivering what it cannot record (`streams.domain.commit_gate`).
+# At most this many settled, uncommitted deliveries, and this many records waiting once Kafka has
+# acknowledged none for a moment (the broker is away): the lane stops starting and taking new
+# work instead of delivering what it cannot record (`streams.domain.commit_gate`).
 UNCOMMITTED_CAP_PER_SLOT = 4
 STALLED_CAP_PER_SLOT = 0.25
 # The intake buffer is dispatch_concurrency x this many deliveries (taken in, not settled).
@@ -312,8 +312,9 @@ class Dispatcher(Rebalancing):
                 self._commit_soon(consumer, seal)
                 if seal:
                     last_commit = time.monotonic()
-                confirmed = self._committer.confirmed_mark
-                self._flow.hold(gate.held(self.settled_count, confirmed, time.monotonic()))
+                uncommitted = self.settled_count - self._committer.confirmed_mark
+                waiting, silent_s = self._outbox.unacknowledged(time.monotonic())
+                self._flow.hold(gate.held(uncommitted, waiting, silent_s))
                 if self._flow.busy >= buffer_cap:
                     await asyncio.sleep(0.01)  # intake waits; queues are bounded per subscription
                     continue

@@ -206,6 +206,10 @@ class Outbox:
         among them; raises `KafkaIOError` once a produce of the leading batch has failed."""
         return self._acks.committable_marked()
 
+    def unacknowledged(self, now: float) -> tuple[int, float]:
+        """Records waiting for Kafka, and for how long it has acknowledged none (Q1)."""
+        return self._acks.unacknowledged(now)
+
     def forget(self, partitions: list[TP]) -> None:
         """Drop revoked partitions' positions from the sealed batches still waiting."""
         self._acks.forget(partitions)
