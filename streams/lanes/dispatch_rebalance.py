@@ -5,8 +5,7 @@ inside a ``take``. An assignment recalls the partitions' recent successes (the d
 a revocation drops the deliveries queued on the partitions (nothing more starts there), lets
 attempts under way finish, writes what the outbox buffers, commits the positions settled so far
 after a producer flush, and then forgets the partitions' timers, pauses and pending copies on the
-event loop. `streams.lanes.dispatcher.Dispatcher` holds the state
-these work on.
+event loop. `streams.lanes.dispatcher.Dispatcher` holds the state these work on.
 """
 
 from __future__ import annotations
