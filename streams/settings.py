@@ -39,6 +39,8 @@ DURATION_FIELDS: Final = (
     "recovery_step",
     "recovery_probe_bound",
     "agent_fetch_wait",
+    "ledger_fetch_wait",
+    "ledger_sweep_interval",
     "producer_linger",
     "portal_link_ttl",
     "shutdown_deadline",
@@ -142,7 +144,7 @@ class Settings(BaseSettings):
         60.0,
         gt=0,
         le=86400,
-        description="Seconds between sweeps of the ledger state for entries past their topic's "
+        description="Time between sweeps of the ledger state for entries past their topic's "
         "retention and subscriptions deleted since (S6).",
     )
     producer_linger: float = Field(

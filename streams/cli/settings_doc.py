@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from streams.settings import Settings
+from streams.domain.durations import format_duration
+from streams.settings import DURATION_FIELDS, Settings
 
 
 def settings_reference() -> str:
@@ -24,9 +25,15 @@ def settings_reference() -> str:
             shown = ",".join(f"{d:g}s" if isinstance(d, float) else str(d) for d in default)
         elif default is None:
             shown = "(unset)"
+        elif name in DURATION_FIELDS:  # as it is written in the variable: `100ms`, not `0.1`
+            shown = format_duration(default)
         else:
             shown = str(default)
         lines.append(f"| `HOOKSTREAM_{name.upper()}` | `{shown}` | {field.description} |")
     lines.append("")
-    lines.append("Durations accept `500ms`, `30s`, `5m`, `2h` or `7d`.")
+    lines.append(
+        "Durations (every default above with a unit) are written `500ms`, `30s`, `5m`, `2h` or "
+        "`7d`; a bare number is refused, so `5` can never be read as seconds where milliseconds "
+        "were meant."
+    )
     return "\n".join(lines) + "\n"

@@ -85,3 +85,40 @@ def test_p2_producers_linger_as_configured(monkeypatch: pytest.MonkeyPatch) -> N
     assert producer_config(load_settings())["linger.ms"] == 1.0  # the default: 1 ms
     monkeypatch.setenv("HOOKSTREAM_PRODUCER_LINGER", "20ms")
     assert producer_config(load_settings())["linger.ms"] == 20.0
+
+
+def _documented_defaults() -> dict[str, str]:
+    """docs/configuration.md's default column: variable -> the value as shown."""
+    found: dict[str, str] = {}
+    for line in DOC.read_text().splitlines():
+        cells = [cell.strip() for cell in line.split("|")[1:3]] if line.startswith("| `") else []
+        if len(cells) == 2 and cells[1] != "`(unset)`":
+            found[cells[0].strip("`")] = cells[1].strip("`")
+    return found
+
+
+def test_x5_every_documented_default_can_be_written_into_its_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A user who copies a default from docs/configuration.md gets that default, not a refusal.
+    (The duration settings were shown in seconds, ``0.1``, which their variables refuse: a bare
+    number could mean seconds or milliseconds.)"""
+    documented = _documented_defaults()
+    assert len(documented) > 40, documented
+    defaults = load_settings()
+    for variable, shown in documented.items():
+        monkeypatch.setenv(variable, shown)
+    loaded = load_settings()
+    for variable in documented:
+        name = variable.removeprefix("HOOKSTREAM_").lower()
+        assert getattr(loaded, name) == getattr(defaults, name), variable
+
+
+@pytest.mark.parametrize("variable", ["HOOKSTREAM_LEDGER_FETCH_WAIT", "HOOKSTREAM_PRODUCER_LINGER"])
+def test_x5_a_duration_needs_its_unit(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    monkeypatch.setenv(variable, "0.1")
+    with pytest.raises(ConfigError, match="not a duration") as caught:
+        load_settings()
+    assert caught.value.setting == variable
+    monkeypatch.setenv(variable, "100ms")
+    assert getattr(load_settings(), variable.removeprefix("HOOKSTREAM_").lower()) == 0.1
