@@ -5,11 +5,10 @@ from __future__ import annotations
 import click
 
 from streams.cli.common import echo_json, json_option
-from streams.cli.settings_doc import settings_reference
-from streams.domain.durations import format_duration
+from streams.cli.settings_doc import settings_reference, written
 from streams.domain.policy import policy_to_dict
 from streams.services import config as service
-from streams.settings import DURATION_FIELDS, Settings, load_settings
+from streams.settings import Settings, load_settings
 
 
 @click.group()
@@ -26,21 +25,12 @@ def show_settings(markdown: bool, as_json: bool) -> None:
         click.echo(settings_reference(), nl=False)
         return
     current: Settings = load_settings()
-    values = {name: _shown(name, value) for name, value in current.model_dump().items()}
+    values = {name: written(name, value) for name, value in current.model_dump().items()}
     if as_json:
         echo_json(values)
         return
     for name, value in values.items():
         click.echo(f"HOOKSTREAM_{name.upper():<36} {value}")
-
-
-def _shown(name: str, value: object) -> str:
-    """A setting's value as its variable would be written (`100ms`, not `0.1`)."""
-    if name in DURATION_FIELDS and isinstance(value, float):
-        return format_duration(value)
-    if name == "retry_schedule" and isinstance(value, tuple):
-        return ",".join(format_duration(step) for step in value)
-    return str(value)
 
 
 @config.command(name="get")

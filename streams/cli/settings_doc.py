@@ -6,6 +6,16 @@ from streams.domain.durations import format_duration
 from streams.settings import DURATION_FIELDS, Settings
 
 
+def written(name: str, value: object) -> str:
+    """A setting's value as its variable is written: ``100ms`` for 0.1 s (a bare ``0.1`` is
+    refused), ``1m,5m`` for a list of durations."""
+    if isinstance(value, tuple):
+        return ",".join(format_duration(v) if isinstance(v, float) else str(v) for v in value)
+    if name in DURATION_FIELDS and isinstance(value, int | float):
+        return format_duration(float(value))
+    return str(value)
+
+
 def settings_reference() -> str:
     """The Markdown reference of every setting, generated from the field definitions."""
     lines = [
@@ -20,15 +30,7 @@ def settings_reference() -> str:
         "|---|---|---|",
     ]
     for name, field in Settings.model_fields.items():
-        default = field.default
-        if isinstance(default, tuple):
-            shown = ",".join(f"{d:g}s" if isinstance(d, float) else str(d) for d in default)
-        elif default is None:
-            shown = "(unset)"
-        elif name in DURATION_FIELDS:  # as it is written in the variable: `100ms`, not `0.1`
-            shown = format_duration(default)
-        else:
-            shown = str(default)
+        shown = "(unset)" if field.default is None else written(name, field.default)
         lines.append(f"| `HOOKSTREAM_{name.upper()}` | `{shown}` | {field.description} |")
     lines.append("")
     lines.append(
