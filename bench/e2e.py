@@ -29,16 +29,15 @@ from typing import Any
 
 import uvloop
 
-from bench import profile
 from bench.broker import BENCH_JVM, own_broker
-from bench.cpu import PROCESSES
 from bench.fanout import run_fanout
 from bench.figures import record_or_say
 from bench.http_clients import measure
 from bench.latency import latency_phase, run_line, scenario_latency
 from bench.nginx import Nginx, nginx_receiver
-from bench.report import RESULTS_DIR, fmt, machine, median_of, raw_dir, write_json
+from bench.report import RESULTS_DIR, fmt, machine, median_of, write_json
 from bench.rig import Rig, RigConfig, throughput_phase
+from bench.throughput import others_text, per_delivery_text, scenario_throughput
 from streams.adapters.http import Transport
 from streams.adapters.ssrf import DELIVERY_CLIENTS
 from streams.settings import Settings
@@ -91,84 +90,6 @@ def rig_config(
 
 
 # --- scenarios ------------------------------------------------------------------------------
-def scenario_throughput(args: argparse.Namespace, receiver: Nginx, work: Path) -> dict[str, Any]:
-    runs = []
-    for i in range(args.runs):
-        with Rig(rig_config(args, args.subs), receiver, work) as rig:
-            raw = ceiling(receiver, args.ceiling_seconds)
-            run = throughput_phase(rig, args.events)
-            run["ceiling_rps"] = raw
-            run["ratio_to_ceiling"] = run.get("deliveries_per_s", 0.0) / raw
-            runs.append(run)
-        say(
-            f"run {i + 1}: {fmt(run.get('deliveries_per_s'))} deliveries/s "
-            f"({run['delivered']}/{run['expected_deliveries']}), ceiling {fmt(raw)} req/s, "
-            f"worker CPU {fmt(run.get('worker_cpu_percent'), '%')}, "
-            f"RSS {fmt(run.get('worker_rss_mib'), ' MiB')}; {_others(run)}; {_per_delivery(run)}"
-        )
-    result: dict[str, Any] = {"runs": runs, "medians": _medians(runs, _THROUGHPUT_KEYS)}
-    if args.profile:
-        result["profile"] = _profiled_run(args, receiver, work, result["medians"])
-    return result
-
-
-_THROUGHPUT_KEYS = (
-    "deliveries_per_s",
-    "overall_per_s",
-    "ceiling_rps",
-    "ratio_to_ceiling",
-    "worker_cpu_percent",
-    "worker_rss_mib",
-    "broker_cpu_percent",
-    "nginx_cpu_percent",
-    "box_cpu_percent",
-    *(f"{name}_us_per_delivery" for name, _ in PROCESSES),
-)
-
-
-def _others(figures: dict[str, Any]) -> str:
-    """The broker's and nginx's CPU (% of one core) and the whole box's (of 100 per core)."""
-    cores = os.cpu_count() or 1
-    return (
-        f"broker CPU {fmt(figures.get('broker_cpu_percent'), '%')}, "
-        f"nginx {fmt(figures.get('nginx_cpu_percent'), '%')}, "
-        f"box {fmt(figures.get('box_cpu_percent'), '%')} of {cores * 100}%"
-    )
-
-
-def _per_delivery(figures: dict[str, Any]) -> str:
-    """Each process' CPU per delivery (`bench.cpu.per_delivery_us`)."""
-    names = [name for name, _ in PROCESSES]
-    values = "/".join(fmt(figures.get(f"{name}_us_per_delivery"), "", 0) for name in names)
-    return f"CPU per delivery {'/'.join(names)} {values} µs"
-
-
-def _medians(runs: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, float | None]:
-    return {key: median_of(runs, key) for key in keys}
-
-
-def _profiled_run(
-    args: argparse.Namespace, receiver: Nginx, work: Path, medians: dict[str, float | None]
-) -> dict[str, Any]:
-    """One more throughput run, not counted in the medians, with py-spy on the worker."""
-    rate = medians.get("deliveries_per_s") or 1000.0
-    drain_s = args.events * args.subs / rate
-    seconds = max(2.0, min(args.profile_seconds, drain_s * 0.7))
-    with Rig(rig_config(args, args.subs), receiver, work) as rig:
-        assert rig.worker is not None
-        out = raw_dir(args.results_dir) / f"profile-{time.strftime('%Y%m%dT%H%M%S')}.txt"
-        recorder = profile.start_recording(rig.worker.pid, seconds, out)
-        if recorder is None:
-            return {"error": "py-spy is not installed (pip install 'hookstream[bench]')"}
-        run = throughput_phase(rig, args.events)
-        _, err = recorder.communicate(timeout=seconds + 60)
-    if not out.exists():
-        return {"error": f"py-spy wrote nothing: {err.decode(errors='replace')[-500:]}"}
-    summary = profile.summarise(out)
-    say(profile.markdown(summary))
-    return {"collapsed_stacks": str(out), "seconds": seconds, "run": run, **summary}
-
-
 def scenario_memory(args: argparse.Namespace, receiver: Nginx, work: Path) -> dict[str, Any]:
     runs = []
     for i in range(args.runs):
@@ -192,7 +113,7 @@ def scenario_memory(args: argparse.Namespace, receiver: Nginx, work: Path) -> di
             f"end {run['rss_end_mib']:.0f} MiB ({traffic['delivered']} deliveries)"
         )
     keys = ("ready_s", "rss_ready_mib", "rss_peak_mib", "rss_end_mib")
-    return {"runs": runs, "medians": _medians(runs, keys)}
+    return {"runs": runs, "medians": {key: median_of(runs, key) for key in keys}}
 
 
 def scenario_fanout(args: argparse.Namespace) -> dict[str, Any]:
@@ -244,7 +165,9 @@ def scenario_smoke(args: argparse.Namespace, receiver: Nginx, work: Path) -> dic
 
 
 SCENARIO_FUNCS: dict[str, Callable[[argparse.Namespace, Nginx, Path], dict[str, Any]]] = {
-    "throughput": scenario_throughput,
+    "throughput": functools.partial(
+        scenario_throughput, config=rig_config, ceiling=ceiling, say=say
+    ),
     "latency": functools.partial(scenario_latency, config=rig_config, say=say),
     "memory": scenario_memory,
     "smoke": scenario_smoke,
@@ -260,7 +183,8 @@ def _row_figures(scenario: str, result: dict[str, Any]) -> tuple[str, str]:
             f"**{fmt(med['deliveries_per_s'])} deliveries/s** (runs {values}); "
             f"{fmt(med['ratio_to_ceiling'], '', 2)}x ceiling; worker CPU "
             f"{fmt(med['worker_cpu_percent'], '%')}, RSS {fmt(med['worker_rss_mib'], ' MiB')}; "
-            f"{_others(med)}",
+            f"{others_text(med)}; {per_delivery_text(med)}; floor relay "
+            f"{fmt(med.get('floor_relay_us_per_delivery'), ' µs', 0)} per delivery",
             f"{fmt(med['ceiling_rps'])} req/s",
         )
     if scenario == "latency":
@@ -269,7 +193,7 @@ def _row_figures(scenario: str, result: dict[str, Any]) -> tuple[str, str]:
             f"p99 {fmt(med['p99_ms'], ' ms', 1)}** at {result['config']['rate']:.0f} events/s; "
             f"floor p50 {fmt(med['floor_p50_ms'], ' ms', 1)}, p99 "
             f"{fmt(med['floor_p99_ms'], ' ms', 1)}; worker CPU "
-            f"{fmt(med['worker_cpu_percent'], '%')}; {_others(med)}; {_per_delivery(med)}",
+            f"{fmt(med['worker_cpu_percent'], '%')}; {others_text(med)}; {per_delivery_text(med)}",
             "n/a",
         )
     if scenario == "memory":
@@ -314,7 +238,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ceiling-seconds", type=float, default=5.0)
     parser.add_argument("--profile", action="store_true", help="throughput: +1 run under py-spy")
     parser.add_argument(
-        "--no-floor", action="store_true", help="latency/smoke: leave out the floor relay"
+        "--no-floor",
+        action="store_true",
+        help="leave out the floor relay (throughput, latency, smoke)",
     )
     parser.add_argument("--profile-seconds", type=float, default=15.0)
     parser.add_argument(

@@ -1,4 +1,4 @@
-"""The floor of SPEC P2: a minimal relay with hookstream's two Kafka hops and HTTP client.
+"""The floor of SPEC P2 and P1: a minimal relay with hookstream's two Kafka hops and HTTP client.
 
     python -m bench.floor --hops FILE   (configured by HOOKSTREAM_* like a worker)
 
@@ -14,7 +14,9 @@ hookstream logic in between. This process is those pieces and nothing else:
   pipeline builds it), labelled ``webhook-id: <event id>`` so nginx logs it.
 
 There is no registry, matching, envelope, signing, flow control, ledger, retry or health:
-positions are committed every 200 ms without waiting for anything to settle. Both hops run on
+positions are committed every 200 ms without waiting for anything to settle. Requests under way
+are capped at the worker's dispatch concurrency, so under P1's backlog the floor reads as the
+worker does, a slot at a time (at P2's rate the cap never binds). Both hops run on
 one uvloop event loop with a read thread each, like the worker's lanes. For the hop breakdown it
 writes one line per request to ``--hops``: the event id, when hop 1 read the record, when the
 broker appended the relayed one (with LogAppendTime on ``routed``, else ``nan``) and when hop 2
@@ -129,9 +131,16 @@ class Floor:
 
     async def _hop_out(self) -> None:
         reader = self._reader(self._settings.topic("routed"), "floor-out", 0.05)
+        # at most as many requests under way as the worker's dispatch slots: with P1's backlog
+        # the floor would otherwise read every record at once and queue a task for each
+        slots = self._settings.dispatch_concurrency
         try:
             while not self.stop.is_set():
-                for msg in await reader.read(self._settings.dispatch_batch_size):
+                if len(self._sends) >= slots:
+                    await asyncio.wait(self._sends, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                batch = min(self._settings.dispatch_batch_size, slots - len(self._sends))
+                for msg in await reader.read(batch):
                     task = asyncio.create_task(self._send(msg))
                     self._sends.add(task)
                     task.add_done_callback(self._sends.discard)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import figures, hops
+from bench import figures_speed, hops
 from bench.floor import read_hops
 from bench.latency import hop_medians, with_floor
 
@@ -123,7 +123,7 @@ def test_p2_row_lists_the_hop_p99s_and_each_process_cpu_beside_the_floor() -> No
     split = {"hookstream": {"append_p99_ms": 1.0, "route_p99_ms": 4.0, "http_p99_ms": 1.0}}
     split["floor"] = {"append_p99_ms": 1.0, "route_p99_ms": 2.0, "http_p99_ms": 0.5}
     result = {"config": {"rate": 1000}, "runs": runs, "medians": medians, "hop_medians": split}
-    figure = figures.p2(result)
+    figure = figures_speed.p2(result)
     assert figure is not None and figure["met"] is True  # 1.2x and 1.83x, spread 1.09
     extra = figure["extra"]
     assert extra["p50_over_floor"] == 1.2 and extra["p99_over_floor"] == 1.83

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bench import figures, summary
+from bench import figures, figures_speed, summary
 from bench.summary import SummaryError, record
 
 #: The committed P1 results file (whichever the summary cites now): a real one to record from.
@@ -162,12 +162,31 @@ def _throughput(runs: list[tuple[float, float, float]]) -> dict[str, Any]:
 
 def test_p1_is_the_worker_cpu_per_delivery_over_the_client_cpu_per_request_per_run() -> None:
     # 100% of a core at 2,000/s = 500 µs per delivery; a 10,000 req/s ceiling = 100 µs: 5x
-    figure = figures.p1(_throughput([(100, 10000, 2000), (50, 10000, 2500), (100, 20000, 2000)]))
+    figure = figures_speed.p1(
+        _throughput([(100, 10000, 2000), (50, 10000, 2500), (100, 20000, 2000)])
+    )
     assert figure is not None
     assert figure["value"] == 5.0 and figure["met"] is False
     assert figure["extra"]["multiple_runs"] == [5.0, 2.0, 10.0]
-    met = figures.p1(_throughput([(80, 10000, 2000)] * 3))
+    met = figures_speed.p1(_throughput([(80, 10000, 2000)] * 3))
     assert met is not None and met["value"] == 4.0 and met["met"] is True
+
+
+def test_p1_says_what_the_floor_relay_costs_against_the_client_in_the_same_runs() -> None:
+    # P1: the same 100 µs client; the floor relay drains at 120 and 150 µs per delivery
+    result = _throughput([(100, 10000, 2000), (50, 10000, 2500)])
+    result["runs"][0]["floor_relay_us_per_delivery"] = 120.0
+    result["runs"][1]["floor_relay_us_per_delivery"] = 150.0
+    figure = figures_speed.p1(result)
+    assert figure is not None
+    extra = figure["extra"]
+    assert extra["floor_multiple_runs"] == [1.2, 1.5]
+    assert extra["floor_multiple"] == 1.35
+    assert extra["floor_relay_cpu_per_delivery_us"] == 135
+    # the worker's 500 and 200 µs over the floor's 120 and 150
+    assert extra["worker_over_floor"] == round((500 / 120 + 200 / 150) / 2, 2)
+    without = figures_speed.p1(_throughput([(100, 10000, 2000)]))
+    assert without is not None and "floor_multiple" not in without["extra"]
 
 
 def _latency(rate: float, p99s: list[float], **floor: float) -> dict[str, Any]:
@@ -177,12 +196,12 @@ def _latency(rate: float, p99s: list[float], **floor: float) -> dict[str, Any]:
 
 
 def test_p2_is_judged_against_the_floor_and_the_spread_of_the_runs() -> None:
-    assert figures.p2(_latency(300, [10, 11, 12])) is None  # not P2's rate
-    within = figures.p2(_latency(1000, [10, 11, 12], floor_p50_ms=2.5, floor_p99_ms=6.0))
+    assert figures_speed.p2(_latency(300, [10, 11, 12])) is None  # not P2's rate
+    within = figures_speed.p2(_latency(1000, [10, 11, 12], floor_p50_ms=2.5, floor_p99_ms=6.0))
     assert within is not None and within["met"] is True and within["value"] == 11
-    spread = figures.p2(_latency(1000, [10, 11, 30], floor_p50_ms=2.5, floor_p99_ms=6.0))
+    spread = figures_speed.p2(_latency(1000, [10, 11, 30], floor_p50_ms=2.5, floor_p99_ms=6.0))
     assert spread is not None and spread["met"] is False  # 30 > 2 x 11
-    no_floor = figures.p2(_latency(1000, [10, 11, 12]))
+    no_floor = figures_speed.p2(_latency(1000, [10, 11, 12]))
     assert no_floor is not None and no_floor["met"] is False and "floor" in no_floor["note"]
 
 

@@ -1,0 +1,141 @@
+"""SPEC P1's scenario: a backlog drained at full speed, the floor relay's beside it.
+
+    python -m bench.e2e --scenario throughput --runs 3 --events 90000 --own-broker
+
+Each run publishes ``--events`` at once and measures the steady drain (`bench.rig`): deliveries
+per second and each process' CPU per delivery, with the bare HTTP client's ceiling on the same
+nginx (`ceiling`: one core's requests per second, whose inverse is P1's "client CPU per
+request"). Unless ``--no-floor``, the floor relay (`bench.floor`: the same two Kafka hops and
+HTTP client, no hookstream logic) drains the same backlog in the same run, first in odd runs and
+second in even ones, so the figure can say which part of the worker's multiple of the client is
+the Kafka hops and HTTP exchange any relay pays and which is hookstream's own work
+(`bench.figures.p1`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import profile
+from bench.cpu import PROCESSES
+from bench.nginx import Nginx
+from bench.report import fmt, median_of, raw_dir
+from bench.rig import Rig, RigConfig, throughput_phase
+
+THROUGHPUT_KEYS = (
+    "deliveries_per_s",
+    "overall_per_s",
+    "ceiling_rps",
+    "ratio_to_ceiling",
+    "worker_cpu_percent",
+    "worker_rss_mib",
+    "broker_cpu_percent",
+    "nginx_cpu_percent",
+    "box_cpu_percent",
+    *(f"{name}_us_per_delivery" for name, _ in PROCESSES),
+    "floor_deliveries_per_s",
+    "floor_relay_us_per_delivery",
+    "floor_broker_us_per_delivery",
+)
+
+
+def others_text(figures: dict[str, Any]) -> str:
+    """The broker's and nginx's CPU (% of one core) and the whole box's (of 100 per core)."""
+    cores = os.cpu_count() or 1
+    return (
+        f"broker CPU {fmt(figures.get('broker_cpu_percent'), '%')}, "
+        f"nginx {fmt(figures.get('nginx_cpu_percent'), '%')}, "
+        f"box {fmt(figures.get('box_cpu_percent'), '%')} of {cores * 100}%"
+    )
+
+
+def per_delivery_text(figures: dict[str, Any]) -> str:
+    """Each process' CPU per delivery (`bench.cpu.per_delivery_us`)."""
+    names = [name for name, _ in PROCESSES]
+    values = "/".join(fmt(figures.get(f"{name}_us_per_delivery"), "", 0) for name in names)
+    return f"CPU per delivery {'/'.join(names)} {values} µs"
+
+
+def scenario_throughput(
+    args: argparse.Namespace,
+    receiver: Nginx,
+    work: Path,
+    config: Callable[..., RigConfig],
+    ceiling: Callable[[Nginx, float], float],
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """``args.runs`` runs of hookstream, each with the floor relay's unless ``args.no_floor``;
+    the medians of the runs' figures, and a profiled run with ``args.profile``."""
+    runs = []
+    for i in range(args.runs):
+        order = [False] if args.no_floor else ([True, False] if i % 2 == 0 else [False, True])
+        run: dict[str, Any] = {}
+        floor: dict[str, Any] = {}
+        for is_floor in order:
+            with Rig(config(args, args.subs, floor=is_floor), receiver, work) as rig:
+                if is_floor:
+                    floor = throughput_phase(rig, args.events)
+                    continue
+                raw = ceiling(receiver, args.ceiling_seconds)
+                run = throughput_phase(rig, args.events)
+                run["ceiling_rps"] = raw
+                run["ratio_to_ceiling"] = run.get("deliveries_per_s", 0.0) / raw
+        if floor:
+            run |= {
+                "floor": floor,
+                "floor_first": order[0],
+                "floor_deliveries_per_s": floor.get("deliveries_per_s"),
+                "floor_relay_us_per_delivery": floor.get("worker_us_per_delivery"),
+                "floor_broker_us_per_delivery": floor.get("broker_us_per_delivery"),
+            }
+        runs.append(run)
+        say(
+            f"run {i + 1}: {fmt(run.get('deliveries_per_s'))} deliveries/s "
+            f"({run['delivered']}/{run['expected_deliveries']}), ceiling "
+            f"{fmt(run['ceiling_rps'])} req/s, worker CPU {fmt(run.get('worker_cpu_percent'), '%')}"
+            f", RSS {fmt(run.get('worker_rss_mib'), ' MiB')}; {others_text(run)}; "
+            f"{per_delivery_text(run)}"
+            + (
+                f"; floor {fmt(floor.get('deliveries_per_s'))} deliveries/s at "
+                f"{fmt(floor.get('worker_us_per_delivery'), '', 0)} µs per delivery"
+                if floor
+                else ""
+            )
+        )
+    medians = {key: median_of(runs, key) for key in THROUGHPUT_KEYS}
+    result: dict[str, Any] = {"runs": runs, "medians": medians}
+    if args.profile:
+        result["profile"] = _profiled_run(args, receiver, work, config, medians, say)
+    return result
+
+
+def _profiled_run(
+    args: argparse.Namespace,
+    receiver: Nginx,
+    work: Path,
+    config: Callable[..., RigConfig],
+    medians: dict[str, float | None],
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """One more throughput run, not counted in the medians, with py-spy on the worker."""
+    rate = medians.get("deliveries_per_s") or 1000.0
+    drain_s = args.events * args.subs / rate
+    seconds = max(2.0, min(args.profile_seconds, drain_s * 0.7))
+    with Rig(config(args, args.subs), receiver, work) as rig:
+        assert rig.worker is not None
+        out = raw_dir(args.results_dir) / f"profile-{time.strftime('%Y%m%dT%H%M%S')}.txt"
+        recorder = profile.start_recording(rig.worker.pid, seconds, out)
+        if recorder is None:
+            return {"error": "py-spy is not installed (pip install 'hookstream[bench]')"}
+        run = throughput_phase(rig, args.events)
+        _, err = recorder.communicate(timeout=seconds + 60)
+    if not out.exists():
+        return {"error": f"py-spy wrote nothing: {err.decode(errors='replace')[-500:]}"}
+    summary = profile.summarise(out)
+    say(profile.markdown(summary))
+    return {"collapsed_stacks": str(out), "seconds": seconds, "run": run, **summary}
