@@ -84,6 +84,7 @@ def one_run(
         "--events",
         str(events),
         "--no-docs",
+        "--no-floor",  # the trees' workers against each other; the floor is the same in both
         "--results-dir",
         str(out),
     ]
