@@ -30,7 +30,7 @@ from typing import Any, TypeVar, cast
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import SchemaParseException, fingerprint, to_parsing_canonical_form
 
-from streams.adapters.avro_hand import attempt_body, delivery_body
+from streams.adapters.avro_hand import attempt_body, delivery_body, event_body
 from streams.adapters.avro_records import CONVERTERS
 from streams.domain.fleet_breaker import BreakerRecord
 from streams.domain.models import (
@@ -153,6 +153,7 @@ class Codec:
         self._names = {s.fingerprint: s.name for s in schemas.values()}
         self._delivery_header = _hand_layout_header(Delivery, self._schemas.get(Delivery))
         self._attempt_header = _hand_layout_header(Attempt, self._schemas.get(Attempt))
+        self._event_header = _hand_layout_header(Event, self._schemas.get(Event))
 
     def encode_delivery(self, delivery: Delivery, event_body: bytes | None = None) -> bytes:
         """Exactly `encode` (``delivery``), without encoding its event again when it is known.
@@ -170,8 +171,11 @@ class Codec:
 
     def encode(self, record: object) -> bytes:
         """The single-object encoding of ``record``, deterministic for equal records."""
-        if self._attempt_header is not None and type(record) is Attempt:
-            return self._attempt_header + attempt_body(record)
+        kind = type(record)
+        if kind is Attempt and self._attempt_header is not None:
+            return self._attempt_header + attempt_body(cast(Attempt, record))
+        if kind is Event and self._event_header is not None:
+            return self._event_header + event_body(cast(Event, record))
         return self.encode_generic(record)
 
     def encode_generic(self, record: object) -> bytes:
