@@ -46,12 +46,12 @@ from confluent_kafka import (
 
 from streams.adapters.http import HttpRequest, Transport
 from streams.adapters.kafka_clients import (
-    LaneThread,
     header,
     make_consumer,
     make_producer,
     take,
 )
+from streams.adapters.lane_thread import LaneThread
 from streams.adapters.ssrf import guarded_transport
 from streams.settings import Settings, load_settings
 

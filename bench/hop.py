@@ -20,7 +20,7 @@ from typing import Any
 
 import uvloop
 
-from streams.adapters.kafka_clients import LaneThread
+from streams.adapters.lane_thread import LaneThread
 
 
 def _nothing() -> None:

@@ -32,12 +32,12 @@ from streams.adapters.commits import AsyncCommitter
 from streams.adapters.http import Transport
 from streams.adapters.kafka_clients import (
     TP,
-    LaneThread,
     ProduceError,
     coordinates,
     make_consumer,
     take,
 )
+from streams.adapters.lane_thread import LaneThread
 from streams.adapters.registry import SubscriptionRegistry
 from streams.domain.backoff import RetryPolicy
 from streams.domain.breaker import origin_of

@@ -25,12 +25,12 @@ from streams.adapters.commits import AsyncCommitter
 from streams.adapters.ingest import decode_ingest_event
 from streams.adapters.kafka_clients import (
     BatchAcks,
-    LaneThread,
     coordinates,
     header,
     make_consumer,
     take,
 )
+from streams.adapters.lane_thread import LaneThread
 from streams.adapters.registry import SubscriptionRegistry
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import DeadLetter, Delivery, Event, Lane

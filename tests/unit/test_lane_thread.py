@@ -1,4 +1,4 @@
-"""`kafka_clients.LaneThread`: a lane's blocking Kafka calls on one thread of its own (D1).
+"""`lane_thread.LaneThread`: a lane's blocking Kafka calls on one thread of its own (D1).
 
 The lanes read through it; every lane test on the broker covers it end to end. Here: answers
 and errors reach the caller, calls run one at a time in the order made, on one thread, and a
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from streams.adapters.kafka_clients import LaneThread
+from streams.adapters.lane_thread import LaneThread
 
 
 async def test_d1_a_call_returns_what_the_function_returned_from_the_lane_thread() -> None:
