@@ -9,7 +9,7 @@ the floor from its own hop file.
 
 `scenario_latency` runs, in each run, the floor and hookstream one after the other at the same
 rate, alternating which goes first, and puts the floor's p50/p95/p99/max (``floor_*``) and its
-relay's CPU per delivery into the run, so P2's ratios (`bench.figures.p2`) come from one run.
+relay's CPU per delivery into the run, so P2's ratios (`bench.figures_speed.p2`) come from one run.
 """
 
 from __future__ import annotations
