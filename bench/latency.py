@@ -28,9 +28,21 @@ from bench.cpu import PROCESSES, per_delivery_us
 from bench.floor import read_hops
 from bench.nginx import Nginx
 from bench.report import fmt, median_of, percentile
-from bench.rig import TENANT, Rig, RigConfig, _json, _minus, _produce, gc_pauses, make_event
+from bench.rig import (
+    TENANT,
+    Rig,
+    RigConfig,
+    _json,
+    _minus,
+    _produce,
+    gc_pauses,
+    make_event,
+    scrape,
+)
 from bench.traffic import stage_points
 
+#: The worker's event-loop lag is counted above each of these (ms): a timer fires every 50 ms.
+LAG_BOUNDS_MS = (10, 25, 50, 100)
 FLOOR_KEYS = ("p50_ms", "p95_ms", "p99_ms", "max_ms")
 LATENCY_KEYS = (
     "p50_ms",
@@ -78,6 +90,7 @@ def latency_phase(
     appended: dict[str, float] = {}  # delivery id -> when the broker appended its event (s)
     measured: set[str] = set()
     gc_at_start = gc_pauses(rig) if not rig.config.floor else {}
+    lag_at_start = loop_lag(rig) if not rig.config.floor else {}
     began = time.time()
     ticks = int((seconds + warmup_s) / tick)
     n = 0
@@ -130,6 +143,8 @@ def latency_phase(
     }
     if not rig.config.floor:
         result["worker_gc"] = {"start": gc_at_start, "run": _minus(gc_pauses(rig), gc_at_start)}
+        lag = loop_lag(rig)
+        result["worker_loop_lag"] = {key: lag[key] - lag_at_start[key] for key in lag}
     if split:
         chosen = {key: sent[key] for key in measured}
         points = (
@@ -268,6 +283,24 @@ def _floor_hops_of(run: Mapping[str, Any]) -> dict[str, float]:
     return dict((run.get("floor") or {}).get("hops") or {})
 
 
+def loop_lag(rig: Rig) -> dict[str, float]:
+    """The worker's event-loop lag samples so far (``hookstream_event_loop_lag_seconds``, one
+    every 50 ms): how many, their total in ms, and how many came later than each bound of
+    `LAG_BOUNDS_MS`."""
+    name = "hookstream_event_loop_lag_seconds"
+    samples = scrape(rig, (name,))
+    below = {
+        float(key.split('le="')[1].split('"')[0]): count
+        for key, count in samples.items()
+        if key.startswith(f"{name}_bucket")
+    }
+    count = samples.get(f"{name}_count", 0.0)
+    found = {"count": count, "total_ms": samples.get(f"{name}_sum", 0.0) * 1000}
+    for bound in LAG_BOUNDS_MS:
+        found[f"over_{bound}_ms"] = count - below.get(bound / 1000, count)
+    return found
+
+
 def run_line(run: Mapping[str, Any]) -> str:
     """One run's figures as the tool prints them."""
     text = (
@@ -290,4 +323,11 @@ def run_line(run: Mapping[str, Any]) -> str:
         for name in ("worker", "broker", "nginx", "publisher")
     )
     floor_cpu = fmt(run.get("floor_relay_us_per_delivery"), "", 0)
-    return f"{text}; CPU µs per delivery worker/broker/nginx/publisher {cpu}, floor {floor_cpu}"
+    text += f"; CPU µs per delivery worker/broker/nginx/publisher {cpu}, floor {floor_cpu}"
+    lag = run.get("worker_loop_lag")
+    if lag:
+        late = "/".join(f"{lag[f'over_{bound}_ms']:.0f}" for bound in LAG_BOUNDS_MS)
+        text += (
+            f"; loop lag over {'/'.join(map(str, LAG_BOUNDS_MS))} ms: {late} of {lag['count']:.0f}"
+        )
+    return text

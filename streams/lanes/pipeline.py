@@ -19,6 +19,7 @@ from streams.adapters.breaker_log import BreakerLog
 from streams.adapters.http import Transport
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.kafka_clients import make_producer
+from streams.adapters.loop_lag import watch_loop_lag
 from streams.adapters.registry import SubscriptionRegistry
 from streams.adapters.runtime_config import RuntimeConfig
 from streams.adapters.ssrf import guarded_transport
@@ -65,6 +66,7 @@ class Pipeline:
             ("registry", self.registry.run(self._stop)),
             ("router", self.router.run(self._stop)),
             ("dispatcher", self.dispatcher.run(self._stop)),
+            ("loop-lag", watch_loop_lag(self._stop)),
         ):
             task = asyncio.create_task(coro, name=f"hookstream-{name}")
             task.add_done_callback(self._lane_done)

@@ -46,6 +46,7 @@ ATTEMPT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 #: Garbage-collector pause buckets, in seconds: a generation-0 pass (well under a millisecond)
 #: to a full pass over a large heap, which stops every delivery of the worker while it lasts.
 GC_PAUSE_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+LOOP_LAG_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 # --- the metrics ------------------------------------------------------------------------------
 
@@ -68,6 +69,13 @@ GC_PAUSES = Histogram(
     "it every delivery of the worker, waits while it runs.",
     ["generation"],
     buckets=GC_PAUSE_BUCKETS,
+    registry=REGISTRY,
+)
+LOOP_LAG = Histogram(
+    "hookstream_event_loop_lag_seconds",
+    "How late the worker's event loop ran a timer it set for every 50 ms: the time any "
+    "delivery ready on the loop then waited behind other work.",
+    buckets=LOOP_LAG_BUCKETS,
     registry=REGISTRY,
 )
 RETRIES = Counter(

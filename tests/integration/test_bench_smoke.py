@@ -73,6 +73,10 @@ def test_bench_smoke_produces_results(kafka_bootstrap: str, tmp_path: Path) -> N
     assert _positive(latency["publisher_us_per_delivery"])
     if local_broker_running():
         assert _positive(latency["broker_us_per_delivery"])
+    # the worker's event-loop lag over the same window, a sample every 50 ms (O1)
+    lag = latency["worker_loop_lag"]
+    assert lag["count"] > 0
+    assert lag["count"] >= lag["over_10_ms"] >= lag["over_25_ms"] >= lag["over_100_ms"] >= 0
     assert all(_positive(v) for v in result["medians"].values())
     # --no-docs leaves the docs alone
     assert (docs.read_text() if docs.exists() else None) == docs_before

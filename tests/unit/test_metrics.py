@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import time
 from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from streams import metrics
-from streams.adapters import gc_pauses, lag_metrics
+from streams.adapters import gc_pauses, lag_metrics, loop_lag
 from streams.adapters.lag_report import LagReport, PartitionLag, hookstream_groups
 from streams.api import metrics_page
 from streams.metrics import families
@@ -185,3 +187,32 @@ def test_o1_the_metrics_page_adds_the_build_and_the_readiness_checks() -> None:
     assert "hookstream_build_info" in ours
     assert value("hookstream_worker_readiness", check="joined") == 1
     assert value("hookstream_worker_readiness", check="ledger") == 0
+
+
+def test_o1_a_blocked_event_loop_is_seen_as_lag() -> None:
+    """While something computes on the worker's event loop, everything else on it waits: the
+    watch's timer fires late by about as long, and ``hookstream_event_loop_lag_seconds`` says
+    so. A loop left free shows no such lag."""
+
+    def over(seconds: float) -> float:
+        below = value("hookstream_event_loop_lag_seconds_bucket", le=str(seconds))
+        return value("hookstream_event_loop_lag_seconds_count") - below
+
+    async def run(block_s: float) -> None:
+        stop = asyncio.Event()
+        watch = asyncio.create_task(loop_lag.watch_loop_lag(stop, period_s=0.01))
+        await asyncio.sleep(0.05)
+        busy_until = time.monotonic() + block_s
+        while time.monotonic() < busy_until:  # the loop computes: nothing else on it runs
+            pass
+        await asyncio.sleep(0.05)
+        stop.set()
+        await watch
+
+    count = value("hookstream_event_loop_lag_seconds_count")
+    slow = over(0.25)
+    asyncio.run(run(0.0))
+    assert value("hookstream_event_loop_lag_seconds_count") > count  # it observes
+    assert over(0.25) == slow  # a free loop: no timer a quarter of a second late
+    asyncio.run(run(0.4))
+    assert over(0.25) == slow + 1  # one late timer, at least 0.4 s less one 10 ms period
