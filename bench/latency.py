@@ -35,6 +35,7 @@ from bench.rig import (
     _json,
     _minus,
     _produce,
+    buckets_of,
     gc_pauses,
     make_event,
     scrape,
@@ -289,11 +290,7 @@ def loop_lag(rig: Rig) -> dict[str, float]:
     `LAG_BOUNDS_MS`."""
     name = "hookstream_event_loop_lag_seconds"
     samples = scrape(rig, (name,))
-    below = {
-        float(key.split('le="')[1].split('"')[0]): count
-        for key, count in samples.items()
-        if key.startswith(f"{name}_bucket")
-    }
+    below = buckets_of(samples, name)
     count = samples.get(f"{name}_count", 0.0)
     found = {"count": count, "total_ms": samples.get(f"{name}_sum", 0.0) * 1000}
     for bound in LAG_BOUNDS_MS:

@@ -339,6 +339,16 @@ def scrape(rig: Rig, prefixes: tuple[str, ...]) -> dict[str, float]:
     return found
 
 
+def buckets_of(samples: dict[str, float], name: str, label: str = "") -> dict[float, float]:
+    """A scraped histogram's cumulative bucket counts by upper bound (``le``), for the series
+    whose sample names contain ``label``."""
+    return {
+        float(key.split('le="')[1].split('"')[0]): count
+        for key, count in samples.items()
+        if key.startswith(f"{name}_bucket") and label in key
+    }
+
+
 def gc_pauses(rig: Rig) -> dict[str, dict[str, float]]:
     """The worker's garbage-collector passes so far, per generation: how many, their total
     and the largest bucket bound one fell under (``hookstream_gc_pause_seconds``), in ms."""
@@ -346,11 +356,7 @@ def gc_pauses(rig: Rig) -> dict[str, dict[str, float]]:
     found: dict[str, dict[str, float]] = {}
     for gen in ("0", "1", "2"):
         label = f'generation="{gen}"'
-        buckets = sorted(
-            (float(name.split('le="')[1].split('"')[0]), count)
-            for name, count in samples.items()
-            if name.startswith("hookstream_gc_pause_seconds_bucket") and label in name
-        )
+        buckets = sorted(buckets_of(samples, "hookstream_gc_pause_seconds", label).items())
         total = samples.get(f"hookstream_gc_pause_seconds_count{{{label}}}", 0.0)
         under = next((bound for bound, count in buckets if count >= total), float("inf"))
         found[gen] = {
