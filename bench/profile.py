@@ -126,3 +126,45 @@ def markdown(summary: dict[str, Any]) -> str:
         lines += [f"| {row['percent']:.1f} | `{row['function']}` |" for row in summary[key]]
         lines.append("")
     return "\n".join(lines)
+
+
+# --- the worker's own count of its event loop's CPU by task (HOOKSTREAM_TASK_CPU) -------------
+
+TASK_CPU_METRICS = ("hookstream_task_cpu_seconds_total", "hookstream_event_loop_cpu_seconds_total")
+#: The loop thread's whole CPU time, and the part of it no task step ran (callbacks, timers,
+#: tasks started before the lanes): keys beside the task names.
+LOOP = "(event loop, all)"
+UNTIMED = "(no task: callbacks, timers, earlier tasks)"
+
+
+def task_cpu(samples: dict[str, float], before: dict[str, float] | None = None) -> dict[str, float]:
+    """CPU seconds per task name and the loop's (`LOOP`) from scraped samples, less ``before``."""
+    found: dict[str, float] = {}
+    for key, value in samples.items():
+        if key.startswith("hookstream_task_cpu_seconds_total{"):
+            found[key.split('task="', 1)[1].rsplit('"', 1)[0]] = value
+        elif key.startswith("hookstream_event_loop_cpu_seconds_total"):
+            found[LOOP] = value
+    before = before or {}
+    return {name: seconds - before.get(name, 0.0) for name, seconds in found.items()}
+
+
+def per_delivery(cpu: dict[str, float], delivered: int) -> dict[str, float]:
+    """µs of the event loop's CPU per delivery by task, largest first, then `UNTIMED` and
+    `LOOP`; empty without deliveries or without the worker's count."""
+    if not delivered or LOOP not in cpu:
+        return {}
+    tasks = sorted(((n, s) for n, s in cpu.items() if n != LOOP), key=lambda item: -item[1])
+    figures = {name: seconds * 1e6 / delivered for name, seconds in tasks}
+    figures[UNTIMED] = (cpu[LOOP] - sum(s for _, s in tasks)) * 1e6 / delivered
+    figures[LOOP] = cpu[LOOP] * 1e6 / delivered
+    return figures
+
+
+def task_markdown(by_task: dict[str, float], least_us: float = 0.5) -> str:
+    """`per_delivery`'s figures of at least ``least_us`` as a table."""
+    if not by_task:
+        return "the worker did not count its event loop's CPU by task"
+    lines = ["| µs of the event loop per delivery | task |", "|---:|---|"]
+    lines += [f"| {us:.1f} | `{name}` |" for name, us in by_task.items() if us >= least_us]
+    return "\n".join(lines)

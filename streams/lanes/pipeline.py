@@ -23,8 +23,10 @@ from streams.adapters.loop_lag import watch_loop_lag
 from streams.adapters.registry import SubscriptionRegistry
 from streams.adapters.runtime_config import RuntimeConfig
 from streams.adapters.ssrf import guarded_transport
+from streams.adapters.task_cpu import TaskCpu, install_task_cpu
 from streams.lanes.dispatcher import Dispatcher
 from streams.lanes.router import Router
+from streams.metrics.families import REGISTRY
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -47,8 +49,11 @@ class Pipeline:
         self.router: Router | None = None
         self.dispatcher: Dispatcher | None = None
         self.breakers: BreakerLog | None = None
+        self.task_cpu: TaskCpu | None = None
 
     async def start(self) -> None:
+        if self.settings.task_cpu:  # before the lanes' tasks, so that each is timed
+            self.task_cpu = install_task_cpu(asyncio.get_running_loop(), REGISTRY)
         self.transport = self._transport_factory(self.settings)
         self.router = Router(self.settings, self.registry, self.producer)
         topology = load_topology(self.settings)
@@ -103,6 +108,9 @@ class Pipeline:
         if self.breakers is not None:
             await asyncio.to_thread(self.breakers.stop)
         await asyncio.get_running_loop().run_in_executor(None, self.producer.flush, 10)
+        if self.task_cpu is not None:
+            REGISTRY.unregister(self.task_cpu)
+            self.task_cpu = None
 
 
 def _default_transport(settings: Settings) -> Transport:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import hops
+from bench import hops, profile
 from bench.cpu import local_broker_running
 from tests.conftest import REPO
 
@@ -77,6 +77,12 @@ def test_bench_smoke_produces_results(kafka_bootstrap: str, tmp_path: Path) -> N
     lag = latency["worker_loop_lag"]
     assert lag["count"] > 0
     assert lag["count"] >= lag["over_10_ms"] >= lag["over_25_ms"] >= lag["over_100_ms"] >= 0
+    # the worker's own count of its event loop's CPU by task over the drain (O1): the router's
+    # and the attempts' tasks ran, and no task's steps add up to more than the loop thread spent
+    by_task = through["task_cpu_us_per_delivery"]
+    assert _positive(by_task["Router.run"]) and _positive(by_task["FlowControl._run"])
+    tasks = sum(us for name, us in by_task.items() if name not in (profile.LOOP, profile.UNTIMED))
+    assert by_task[profile.LOOP] >= tasks * 0.999 > 0
     assert all(_positive(v) for v in result["medians"].values())
     # --no-docs leaves the docs alone
     assert (docs.read_text() if docs.exists() else None) == docs_before
