@@ -90,6 +90,13 @@ class H1Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()  # never a graceful close: nothing more is owed either way
 
+    def expire(self) -> None:
+        """The exchange's time is up (a timer of `H1Transport`): fail it and drop the
+        connection. Nothing, once the response is complete."""
+        if self._waiter is not None and not self._waiter.done():
+            self._finish(TimeoutError())
+            self.close()
+
     def _finish(self, error: BaseException | None = None) -> None:
         waiter, self._waiter = self._waiter, None
         if waiter is None or waiter.done():

@@ -17,7 +17,15 @@ from streams.adapters.http import HttpRequest
 from streams.adapters.http1 import H1Transport
 from streams.domain.models import FailureKind
 from streams.errors import TransportError
-from tests.receivers import Close, Garbage, PerId, Receiver, Respond, receiver_factory
+from tests.receivers import (
+    Close,
+    Garbage,
+    PerId,
+    Receiver,
+    Respond,
+    Silent,
+    receiver_factory,
+)
 
 __all__ = ["receiver_factory"]
 
@@ -185,3 +193,33 @@ async def test_F3_requests_to_one_origin_stay_within_its_connection_cap(
 
     assert [r.status for r in responses] == [200] * 8
     assert len({r.connection for r in receiver.requests_to("/slow")}) == 2
+
+
+async def test_Q3_a_pooled_connection_that_never_answers_times_out_and_frees_its_slots(
+    receiver_factory: MakeReceiver,
+) -> None:
+    # A pooled connection takes the fast path (a timer on the connection, no asyncio.timeout):
+    # its timeout is the same TIMEOUT, the silent connection is dropped, and both slots (one
+    # connection per origin here) come back, so the next request goes out on a new connection.
+    receiver = receiver_factory()
+    warm = receiver.route("/warm", Respond(200))
+    silent = receiver.route("/silent", Silent())
+    transport = H1Transport(max_connections=1, per_host_limit=1)
+    try:
+        await transport.send(post(warm))
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        with pytest.raises(TransportError) as caught:
+            await asyncio.wait_for(transport.send(HttpRequest(silent, BODY, {}, 0.3)), 5)
+        waited = loop.time() - began
+        after = await asyncio.wait_for(transport.send(post(warm)), 5)
+    finally:
+        await transport.aclose()
+
+    assert caught.value.kind == FailureKind.TIMEOUT.value
+    assert 0.25 < waited < 2.0
+    assert after.status == 200
+    first, second = receiver.requests_to("/warm")
+    (hung,) = receiver.requests_to("/silent")
+    assert hung.connection == first.connection
+    assert second.connection != hung.connection

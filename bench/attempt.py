@@ -1,0 +1,153 @@
+"""The event loop's CPU per delivery attempt, in one process, without reading Kafka (P1).
+
+    python -m bench.attempt --attempts 20000 --runs 5
+
+P1's worker spends most of its event loop in the attempts (docs/benchmarks.md, "Where the event
+loop's CPU goes, by task"), and one end-to-end run takes minutes. This measures that part alone,
+in seconds: the dispatcher's own `FlowControl`, `Sender`, `Outbox` and `H1Transport`, wired as
+the worker wires them, attempt ``--attempts`` deliveries of one subscription to nginx
+(``return 200``) on uvloop. The outbox writes its records to Kafka at ``--bootstrap`` (topics
+of a prefix of its own, made and deleted by the run). Reported per run: the CPU time of the
+event loop's thread per attempt (µs; the producer's and nginx's threads are not counted), and
+the median over runs. Each side of a change is measured by running this from its checkout; the
+figure is a comparison within one session, not a target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+import uuid
+from typing import Any
+
+import uvloop
+
+from bench.nginx import nginx_receiver
+from streams.adapters.breaker_log import BreakerLog
+from streams.adapters.http1 import H1Transport
+from streams.adapters.kafka_admin import TopicAdmin, apply_topics, delete_topics
+from streams.adapters.kafka_clients import make_producer
+from streams.domain.backoff import RetryPolicy
+from streams.domain.dedup import RecentSuccesses
+from streams.domain.idempotency import delivery_id
+from streams.domain.models import Delivery, Event, Secret, Subscription
+from streams.domain.signing import generate_secret
+from streams.lanes.breakers import FleetBreakers
+from streams.lanes.flow import FlowControl
+from streams.lanes.outbox import Outbox
+from streams.lanes.sending import Sender
+from streams.settings import Settings, load_settings
+
+_PAD = "x" * 880  # an envelope of about 1 KB, as in the end-to-end benchmark
+
+
+class _NoRegistry:
+    def get(self, subscription_id: str) -> Subscription | None:
+        return None
+
+
+def _deliveries(sub: Subscription, count: int) -> list[Delivery]:
+    now = int(time.time() * 1000)
+    out = []
+    for n in range(count):
+        event = Event(
+            id=f"evt_{n}",
+            tenant_id=sub.tenant_id,
+            type="order.created",
+            timestamp=now,
+            data_json=f'{{"n":{n},"pad":"{_PAD}"}}',
+            published_at=now,
+        )
+        out.append(Delivery(delivery_id(event.id, sub.id), sub.id, sub.tenant_id, event))
+    return out
+
+
+async def _run(settings: Settings, url: str, attempts: int) -> float:
+    tiers = [(60.0, settings.topic("retry.1m"))]
+    producer = make_producer(settings)
+    outbox = Outbox(settings, producer, tiers, partitions=12)
+    transport = H1Transport(max_connections=settings.dispatch_concurrency)
+    policy = RetryPolicy(schedule=(60.0,), jitter=0.1, window=3600)
+    breakers = FleetBreakers(settings, BreakerLog(settings), "bench")
+    sender = Sender(
+        settings,
+        _NoRegistry(),  # type: ignore[arg-type]
+        outbox,
+        transport,
+        policy,
+        breakers,
+        RecentSuccesses(settings.dedup_window),
+    )
+    sub = Subscription(
+        id="sub_attempt",
+        tenant_id="bench",
+        name="bench",
+        url=url,
+        filters=("order.*",),
+        secrets=(Secret(generate_secret(os.urandom)),),
+    )
+    left = [attempts]
+    done = asyncio.get_running_loop().create_future()
+
+    def settled(tp: tuple[str, int], offset: int) -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            done.set_result(None)
+
+    flow = FlowControl(
+        slots=settings.dispatch_concurrency,
+        origin_max_in_flight=settings.origin_max_in_flight,
+        attempt=sender.attempt,
+        defer=sender.defer,
+        settled=settled,
+        lookup=lambda _id: sub,
+    )
+    deliveries = _deliveries(sub, attempts)
+    tp = (settings.topic("routed"), 0)
+    began = time.thread_time()
+    for offset, delivery in enumerate(deliveries):
+        flow.submit(tp, offset, delivery, sub)
+        if offset % 500 == 499:
+            outbox.seal({tp: offset}, offset)
+            producer.poll(0)
+            await asyncio.sleep(0)
+    await done
+    spent = time.thread_time() - began
+    outbox.seal({tp: attempts}, attempts)
+    await outbox.flush()
+    await transport.aclose()
+    return spent / attempts * 1e6
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--attempts", type=int, default=20000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    args = parser.parse_args(argv)
+    prefix = f"benchattempt{uuid.uuid4().hex[:8]}."
+    settings = load_settings(
+        kafka_bootstrap=args.bootstrap,
+        topic_prefix=prefix,
+        group_id=prefix.rstrip("."),
+        allow_private_destinations=True,
+    )
+    apply_topics(settings)
+    runs: list[float] = []
+    try:
+        with nginx_receiver() as nginx:
+            for _ in range(args.runs):
+                runs.append(uvloop.run(_run(settings, nginx.url, args.attempts)))
+                print(f"loop CPU per attempt: {runs[-1]:.1f} µs", flush=True)
+    finally:
+        delete_topics(settings, TopicAdmin(settings).names_with_prefix(prefix))
+    figures: dict[str, Any] = {"runs_us": runs, "median_us": statistics.median(runs)}
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
