@@ -31,8 +31,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from streams.domain.breaker import origin_of
 from streams.domain.models import Delivery, Subscription
@@ -251,8 +252,8 @@ class FlowControl:
         self._defer(delivery, due_ms, "rate_limited")
         self._settled(tp, offset)
 
-    def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
@@ -310,7 +311,8 @@ class FlowControl:
     ) -> None:
         requeued = False
         try:
-            await self._slots.acquire(flow.tenant)
+            if not self._slots.try_acquire():
+                await self._slots.acquire(flow.tenant)
             if not paced and tp[0] not in self._paced_topics and self._ramps(flow.origin):
                 # let go while its origin's breaker was open, it waited for a slot while the
                 # breaker closed: back to the head of the line, behind the recovery ramp (F4)

@@ -96,9 +96,15 @@ class FairSlots:
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._ids = itertools.count()
 
-    async def acquire(self, tenant: str) -> None:
+    def try_acquire(self) -> bool:
+        """Take a slot when one is free and nobody waits (no coroutine on the common path)."""
         if self._free > 0 and not self._waiters:
             self._free -= 1
+            return True
+        return False
+
+    async def acquire(self, tenant: str) -> None:
+        if self.try_acquire():
             return
         waiter = next(self._ids)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
