@@ -3,14 +3,17 @@
     python -m bench.attempt --attempts 20000 --runs 5
 
 P1's worker spends most of its event loop in the attempts (docs/benchmarks.md, "Where the event
-loop's CPU goes, by task"), and one end-to-end run takes minutes. This measures that part alone,
-in seconds: the dispatcher's own `FlowControl`, `Sender`, `Outbox` and `H1Transport`, wired as
-the worker wires them, attempt ``--attempts`` deliveries of one subscription to nginx
-(``return 200``) on uvloop. The outbox writes its records to Kafka at ``--bootstrap`` (topics
-of a prefix of its own, made and deleted by the run). Reported per run: the CPU time of the
-event loop's thread per attempt (µs; the producer's and nginx's threads are not counted), and
-the median over runs. Each side of a change is measured by running this from its checkout; the
-figure is a comparison within one session, not a target.
+loop's CPU goes, by task"), and one end-to-end run takes minutes and varies by 10% from one to
+the next. This measures that part alone, in seconds: the dispatcher's own `FlowControl`,
+`Sender`, `Outbox` and `H1Transport`, wired as the worker wires them, attempt ``--attempts``
+deliveries of one subscription to nginx (``return 200``) on uvloop. The outbox writes its
+records to Kafka at ``--bootstrap`` (topics of a prefix of its own, made and deleted by the run).
+A run counts only when nginx received every attempt. Reported per run: the CPU time of the event
+loop's thread per attempt (µs; the producer's and nginx's threads are not counted), and the
+median over runs, in ``bench/results/attempt-<time>.json``. Each side of a change is measured by
+running this from its checkout, alternating; the figure compares code within one session, it
+is not a target. It leaves out routing, the dispatcher's reads and everything the worker runs
+beside the attempts: `bench.ab` and P1 say what a change does to the whole worker.
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ import os
 import statistics
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import uvloop
 
-from bench.nginx import nginx_receiver
+from bench.nginx import Nginx, nginx_receiver
+from bench.report import RESULTS_DIR, machine, write_json
 from streams.adapters.breaker_log import BreakerLog
 from streams.adapters.http1 import H1Transport
 from streams.adapters.kafka_admin import TopicAdmin, apply_topics, delete_topics
@@ -123,11 +128,24 @@ async def _run(settings: Settings, url: str, attempts: int) -> float:
     return spent / attempts * 1e6
 
 
+def _arrived(nginx: Nginx, expected: int) -> None:
+    """Every attempt of the run reached nginx (it answers 200 to all): the figure is of
+    deliveries, not of failures."""
+    deadline = time.monotonic() + 5
+    seen = nginx.log.poll()
+    while seen < expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+        seen += nginx.log.poll()
+    if seen != expected:
+        raise SystemExit(f"bench.attempt: nginx saw {seen} requests of the run's {expected}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--attempts", type=int, default=20000)
+    parser.add_argument("--attempts", type=int, default=20000, help="deliveries per run")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     prefix = f"benchattempt{uuid.uuid4().hex[:8]}."
     settings = load_settings(
@@ -142,11 +160,19 @@ def main(argv: list[str] | None = None) -> None:
         with nginx_receiver() as nginx:
             for _ in range(args.runs):
                 runs.append(uvloop.run(_run(settings, nginx.url, args.attempts)))
+                _arrived(nginx, args.attempts)
                 print(f"loop CPU per attempt: {runs[-1]:.1f} µs", flush=True)
     finally:
         delete_topics(settings, TopicAdmin(settings).names_with_prefix(prefix))
-    figures: dict[str, Any] = {"runs_us": runs, "median_us": statistics.median(runs)}
-    print(json.dumps(figures))
+    result: dict[str, Any] = {
+        "scenario": "attempt",
+        "machine": machine("bench.attempt"),
+        "attempts": args.attempts,
+        "runs_us": [round(r, 2) for r in runs],
+        "median_us": round(statistics.median(runs), 2),
+    }
+    path = write_json(result, args.results_dir)
+    print(json.dumps({"median_us": result["median_us"], "results": str(path)}))
 
 
 if __name__ == "__main__":

@@ -86,3 +86,22 @@ def test_bench_smoke_produces_results(kafka_bootstrap: str, tmp_path: Path) -> N
     assert all(_positive(v) for v in result["medians"].values())
     # --no-docs leaves the docs alone
     assert (docs.read_text() if docs.exists() else None) == docs_before
+
+
+@pytest.mark.timeout(180)
+def test_bench_attempt_times_deliveries_that_arrived(kafka_bootstrap: str, tmp_path: Path) -> None:
+    # P1: bench.attempt's figure is the event loop's CPU per attempt of deliveries nginx
+    # received (it exits non-zero when any attempt did not arrive)
+    command = [sys.executable, "-m", "bench.attempt", "--attempts", "300", "--runs", "2"]
+    command += ["--bootstrap", kafka_bootstrap, "--results-dir", str(tmp_path)]
+    done = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=150, check=False
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+    (written,) = tmp_path.glob("attempt-*.json")
+    result = json.loads(written.read_text())
+    assert result["attempts"] == 300
+    assert len(result["runs_us"]) == 2
+    assert all(_positive(run) for run in result["runs_us"])
+    assert min(result["runs_us"]) <= result["median_us"] <= max(result["runs_us"])
