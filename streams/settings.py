@@ -42,6 +42,7 @@ DURATION_FIELDS: Final = (
     "ledger_fetch_wait",
     "ledger_sweep_interval",
     "producer_linger",
+    "outbox_linger",
     "portal_link_ttl",
     "shutdown_deadline",
 )
@@ -153,6 +154,16 @@ class Settings(BaseSettings):
         le=5,
         description="How long hookstream's Kafka producers wait to batch records before "
         "sending (linger.ms): every delivery waits this long once, for its routed record.",
+    )
+    outbox_linger: float | None = Field(
+        None,
+        gt=0,
+        le=5,
+        description="With a value, the dispatcher writes the records no delivery waits for "
+        "(its attempts, digests, health outcomes, retries and dead letters) through a producer "
+        "of its own lingering this long, and routed records alone wait producer_linger. "
+        "Fewer, fuller produce requests; a worker killed with kill -9 loses up to this much "
+        "more of its ledger, so its successor sends those deliveries again (at least once).",
     )
     task_cpu: bool = Field(
         False,

@@ -45,6 +45,12 @@ class Pipeline:
         self.config = RuntimeConfig()
         self.registry = SubscriptionRegistry(settings, self.config)
         self.producer = make_producer(settings)
+        # the dispatcher's records, on a producer of their own when `outbox_linger` is set
+        self.outbox_producer = (
+            make_producer(settings, **{"linger.ms": settings.outbox_linger * 1000})
+            if settings.outbox_linger is not None
+            else self.producer
+        )
         self.transport: Transport | None = None
         self.router: Router | None = None
         self.dispatcher: Dispatcher | None = None
@@ -61,7 +67,7 @@ class Pipeline:
         self.dispatcher = Dispatcher(
             self.settings,
             self.registry,
-            self.producer,
+            self.outbox_producer,
             self.transport,
             list(topology.retry_tiers),
             topology.lane_partitions,
@@ -108,6 +114,8 @@ class Pipeline:
         if self.breakers is not None:
             await asyncio.to_thread(self.breakers.stop)
         await asyncio.get_running_loop().run_in_executor(None, self.producer.flush, 10)
+        if self.outbox_producer is not self.producer:
+            await asyncio.get_running_loop().run_in_executor(None, self.outbox_producer.flush, 10)
         if self.task_cpu is not None:
             REGISTRY.unregister(self.task_cpu)
             self.task_cpu = None

@@ -10,6 +10,7 @@ import pytest
 from streams.adapters.kafka_clients import producer_config
 from streams.cli.settings_doc import settings_reference
 from streams.errors import ConfigError
+from streams.lanes.pipeline import Pipeline
 from streams.settings import load_settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
@@ -53,6 +54,7 @@ def test_x5_environment_is_read_with_the_prefix(monkeypatch: pytest.MonkeyPatch)
         ("HOOKSTREAM_AGENT_FETCH_MIN_BYTES", "0"),
         ("HOOKSTREAM_HTTP_CLIENT", "curl"),
         ("HOOKSTREAM_PRODUCER_LINGER", "1h"),
+        ("HOOKSTREAM_OUTBOX_LINGER", "0"),
     ],
 )
 def test_x5_bad_values_name_the_setting(
@@ -85,6 +87,16 @@ def test_p2_producers_linger_as_configured(monkeypatch: pytest.MonkeyPatch) -> N
     assert producer_config(load_settings())["linger.ms"] == 1.0  # the default: 1 ms
     monkeypatch.setenv("HOOKSTREAM_PRODUCER_LINGER", "20ms")
     assert producer_config(load_settings())["linger.ms"] == 20.0
+
+
+def test_p2_the_dispatchers_records_get_a_producer_of_their_own_only_when_asked() -> None:
+    """P2: ``outbox_linger`` moves the records no delivery waits for to a producer lingering
+    longer; routed records keep ``producer_linger``. Unset, one producer serves both lanes."""
+    shared = Pipeline(load_settings())
+    assert shared.outbox_producer is shared.producer
+    split = Pipeline(load_settings(outbox_linger="20ms"))
+    assert split.settings.outbox_linger == 0.02
+    assert split.outbox_producer is not split.producer
 
 
 def _documented_defaults() -> dict[str, str]:
