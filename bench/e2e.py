@@ -92,6 +92,7 @@ def rig_config(
         batch_size=args.batch_size,
         floor=floor,
         append_times=args.scenario in ("latency", "smoke"),  # for the hop breakdown
+        stage_clock=args.scenario in ("latency", "smoke"),  # and the worker's stages
     )
 
 

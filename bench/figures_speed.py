@@ -107,14 +107,21 @@ def _hops_p99(result: dict[str, Any]) -> dict[str, Any]:
     split = result.get("hop_medians") or {}
     own = split.get("hookstream") or {}
     names = hops.hop_names(own, "_p99_ms")
-    if not names:
-        return found
-    found["hops"] = "/".join(names)
+    if names:
+        found["hops"] = "/".join(names)
     for label, figures in (("hop", own), ("floor_hop", split.get("floor") or {})):
         values = [figures.get(f"{name}_p99_ms") for name in names]
         known = [round(v, 1) for v in values if isinstance(v, int | float)]
-        if len(known) == len(names):
+        if names and len(known) == len(names):
             found[f"{label}_p99_ms"] = known
+    stages = split.get("stages") or {}
+    stage_names = hops.hop_names(stages)
+    if stage_names:  # the worker's own µs clock (`streams.adapters.stage_clock`)
+        found["stages"] = "/".join(stage_names)
+        for k in ("p50", "p99"):
+            values = [stages.get(f"{name}_{k}_ms") for name in stage_names]
+            if all(isinstance(v, int | float) for v in values):
+                found[f"stage_{k}_ms"] = [round(float(v), 2) for v in values if v is not None]
     return found
 
 

@@ -19,6 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from bench.report import percentile
+from streams.adapters import stage_clock
 
 #: (hop name, key -> time in seconds): the time each delivery reached the end of the hop
 Point = tuple[str, Mapping[str, float]]
@@ -99,7 +100,7 @@ def slowest(
 
 
 #: the hops in the order a delivery crosses them (a result file keeps its keys sorted)
-ORDER = ("append", "route", "produce", "dispatch", "http")
+ORDER = ("append", "route", "produce", "dispatch", *stage_clock.STAGES, "http")
 
 
 def hop_names(figures: Mapping[str, object], suffix: str = "_p50_ms") -> list[str]:

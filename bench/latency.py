@@ -5,7 +5,10 @@ relay of `bench.floor` with ``RigConfig(floor=True)``) and reads nginx's access 
 publish-to-receive percentiles after a warm-up, the per-second timeline, each process' CPU per
 delivery, and where the time went hop by hop (`bench.hops`), with the slowest deliveries'
 hops: for hookstream from the records the pipeline wrote (`bench.traffic.stage_points`), for
-the floor from its own hop file.
+the floor from its own hop file. The records' times are whole milliseconds; the worker's stage
+clock (`streams.adapters.stage_clock`, on in these runs) splits hookstream's time to the µs into
+``stages``: publish -> the router's batch (``routing``) -> the routed record produced -> taken in
+by the dispatcher -> the attempt's task started -> the request built and sent -> nginx.
 
 `scenario_latency` runs, in each run, the floor and hookstream one after the other at the same
 rate, alternating which goes first, and puts the floor's p50/p95/p99/max (``floor_*``) and its
@@ -40,7 +43,7 @@ from bench.rig import (
     make_event,
     scrape,
 )
-from bench.traffic import stage_points
+from bench.traffic import clock_points, stage_points
 
 #: The worker's event-loop lag is counted above each of these (ms): a timer fires every 50 ms.
 LAG_BOUNDS_MS = (10, 25, 50, 100)
@@ -155,6 +158,8 @@ def latency_phase(
         )
         result["hops"] = hops.split(chosen, points, received)
         result["slowest"] = hops.slowest(chosen, points, received, began)
+        if rig.config.stage_clock and not rig.config.floor:
+            result["stages"] = hops.split(chosen, clock_points(rig.stage_clock), received)
     return result
 
 
@@ -263,7 +268,7 @@ def scenario_latency(
 def hop_medians(runs: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
     """Each hop's p99 and slowest-1% mean, median over the runs, hookstream's and the floor's."""
     found: dict[str, dict[str, float | None]] = {}
-    for label, pick in (("hookstream", _own_hops), ("floor", _floor_hops_of)):
+    for label, pick in (("hookstream", _own_hops), ("floor", _floor_hops_of), ("stages", _stages)):
         splits = [s for s in (pick(run) for run in runs) if s]
         if not splits:
             continue
@@ -278,6 +283,10 @@ def hop_medians(runs: list[dict[str, Any]]) -> dict[str, dict[str, float | None]
 
 def _own_hops(run: Mapping[str, Any]) -> dict[str, float]:
     return dict(run.get("hops") or {})
+
+
+def _stages(run: Mapping[str, Any]) -> dict[str, float]:
+    return dict(run.get("stages") or {})
 
 
 def _floor_hops_of(run: Mapping[str, Any]) -> dict[str, float]:
@@ -314,6 +323,11 @@ def run_line(run: Mapping[str, Any]) -> str:
     if split:
         names = hops.hop_names(split)
         text += "; hop p99 " + "/".join(fmt(split[f"{n}_p99_ms"], "", 1) for n in names)
+        text += f" ms ({'/'.join(names)})"
+    stages = run.get("stages") or {}
+    if stages:
+        names = hops.hop_names(stages)
+        text += "; stage p50 " + "/".join(fmt(stages[f"{n}_p50_ms"], "", 2) for n in names)
         text += f" ms ({'/'.join(names)})"
     cpu = "/".join(
         fmt(run.get(f"{name}_us_per_delivery"), "", 0)

@@ -66,6 +66,9 @@ class RigConfig:
     # so a run can tell the Kafka hops apart (`bench.hops`); nothing in hookstream reads the
     # timestamps of these two topics
     append_times: bool = False
+    # the worker writes when each delivery reached each of its stages, to the µs
+    # (`streams.adapters.stage_clock`, `Rig.stage_clock`); a worker's setting, not the floor's
+    stage_clock: bool = False
 
 
 def make_event(run: str, n: int, event_type: str = EVENT_TYPE) -> Event:
@@ -126,6 +129,8 @@ class Rig:
             began = time.monotonic()
             log = self.workdir / f"worker-{self.run_id}.log"
             env = dict(self.config.worker_env)
+            if self.config.stage_clock and not self.config.floor:
+                env["HOOKSTREAM_STAGE_CLOCK"] = str(self.stage_clock)
             if self.config.floor:
                 command = floor_command(self.receiver.url, self.floor_hops)
                 self.worker = Worker(self.settings, log, env, command)
@@ -204,6 +209,11 @@ class Rig:
     def floor_hops(self) -> Path:
         """Where the floor relay writes its hop times (`bench.floor`)."""
         return self.settings.data_dir / "floor-hops.txt"
+
+    @property
+    def stage_clock(self) -> Path:
+        """Where the worker writes its stage clock (`RigConfig.stage_clock`)."""
+        return self.settings.data_dir / "stage-clock.txt"
 
     def others_cpu(self, start: float, end: float) -> dict[str, float | None]:
         """The broker's, nginx's and this process' (the publisher's) CPU (% of one core) and

@@ -31,7 +31,7 @@ from bench import hops
 from bench.nginx import Nginx, nginx_receiver
 from bench.report import percentile
 from bench.rig import Rig, RigConfig, produce_event
-from streams.adapters import codec
+from streams.adapters import codec, stage_clock
 from streams.adapters.topic_reader import scan
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import Attempt, Delivery, Event
@@ -246,3 +246,16 @@ def stage_points(
         points.append(("produce", produced))
     points.append(("dispatch", started))
     return points
+
+
+def clock_points(path: Path) -> list[hops.Point]:
+    """The worker's stage clock (`streams.adapters.stage_clock`) as hop points, one per stage in
+    order; a retried delivery counts by its first attempt. Waits for the worker's next write."""
+    time.sleep(3 * stage_clock.FLUSH_INTERVAL_S)
+    times: dict[str, dict[str, float]] = {stage: {} for stage in stage_clock.STAGES}
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            fields = line.split()
+            if line.endswith("\n") and len(fields) == 3:  # not a line the worker is writing
+                times[fields[0]].setdefault(fields[1], float(fields[2]))
+    return [(stage, times[stage]) for stage in stage_clock.STAGES]

@@ -165,6 +165,11 @@ class Settings(BaseSettings):
         "Fewer, fuller produce requests; a worker killed with kill -9 loses up to this much "
         "more of its ledger, so its successor sends those deliveries again (at least once).",
     )
+    stage_clock: Path | None = Field(
+        None,
+        description="A file to write, for the benchmark, when each delivery reached each stage "
+        "of this worker, to the microsecond (`streams.adapters.stage_clock`); off when unset.",
+    )
     task_cpu: bool = Field(
         False,
         description="Count the event loop's CPU time per kind of task into "

@@ -26,7 +26,7 @@ from confluent_kafka import (
 )
 
 from streams import metrics
-from streams.adapters import codec
+from streams.adapters import codec, stage_clock
 from streams.adapters.breaker_log import BreakerLog
 from streams.adapters.commits import AsyncCommitter
 from streams.adapters.http import Transport
@@ -157,6 +157,7 @@ class Dispatcher(Rebalancing):
 
     # --- intake ---------------------------------------------------------------------------
     def _take(self, msg: Message) -> None:
+        began = stage_clock.now()
         topic, part, offset = coordinates(msg)
         tp = (topic, part)
         with self._lock:
@@ -169,6 +170,7 @@ class Dispatcher(Rebalancing):
             self._send.dead_letter_raw(msg, exc)
             self._settled(tp, offset)
             return
+        stage_clock.stamp("taken", delivery.delivery_id, began)
         if topic in self._tier_delay:
             kind, stamp = msg.timestamp()
             deferred_ms = stamp if kind != TIMESTAMP_NOT_AVAILABLE else 0

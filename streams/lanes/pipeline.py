@@ -15,6 +15,7 @@ from typing import Any
 
 from mode import Service
 
+from streams.adapters import stage_clock
 from streams.adapters.breaker_log import BreakerLog
 from streams.adapters.http import Transport
 from streams.adapters.kafka_admin import load_topology
@@ -60,6 +61,8 @@ class Pipeline:
     async def start(self) -> None:
         if self.settings.task_cpu:  # before the lanes' tasks, so that each is timed
             self.task_cpu = install_task_cpu(asyncio.get_running_loop(), REGISTRY)
+        if self.settings.stage_clock is not None:
+            stage_clock.start(self.settings.stage_clock, asyncio.get_running_loop())
         self.transport = self._transport_factory(self.settings)
         self.router = Router(self.settings, self.registry, self.producer)
         topology = load_topology(self.settings)
@@ -119,6 +122,7 @@ class Pipeline:
         if self.task_cpu is not None:
             REGISTRY.unregister(self.task_cpu)
             self.task_cpu = None
+        stage_clock.stop()
 
 
 def _default_transport(settings: Settings) -> Transport:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from streams import metrics
-from streams.adapters import codec
+from streams.adapters import codec, stage_clock
 from streams.adapters.commits import AsyncCommitter
 from streams.adapters.ingest import decode_ingest_event
 from streams.adapters.kafka_clients import (
@@ -69,6 +69,7 @@ class Router:
         self._dlq = settings.topic("dlq")
         self.routed_count = 0
         self.invalid_count = 0
+        self._batch_began = 0.0  # when the batch being routed began (the stage clock's)
 
     def route(self, msg: Message) -> int:
         """Archive one ingest record and fan it out; dead-letter it if it is malformed.
@@ -107,6 +108,8 @@ class Router:
         )
         value = codec.encode_delivery(delivery, event_body)
         self._acks.produce(self._producer, self._routed, subscription_id, value)
+        stage_clock.stamp("routing", delivery.delivery_id, self._batch_began)
+        stage_clock.stamp("produced", delivery.delivery_id)
         self.routed_count += 1
 
     def _dead_letter(self, msg: Message, value: bytes, exc: DecodeError, now_ms: int) -> None:
@@ -129,6 +132,7 @@ class Router:
         """Route one consumed batch and seal it with the positions it covers."""
         positions: dict[tuple[str, int], int] = {}
         events = deliveries = 0
+        self._batch_began = stage_clock.now()
         for msg in msgs:
             if msg.error() is not None:
                 self._consumer_error_log(error=str(msg.error()))

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from confluent_kafka import Message
 
 from streams import metrics
+from streams.adapters import stage_clock
 from streams.adapters.delivery import attempt
 from streams.adapters.http import Transport
 from streams.adapters.registry import SubscriptionRegistry
@@ -71,6 +72,7 @@ class Sender:
 
     async def attempt(self, sub: Subscription, delivery: Delivery) -> Ended:
         """One attempt through the breaker: a Retry-After pause, and whether it was overload."""
+        stage_clock.stamp("started", delivery.delivery_id)
         now_ms = int(self._clock() * 1000)
         origin = origin_of(sub.url)
         if breaker_reset_due(sub, self._reenabled_seen):
@@ -84,6 +86,7 @@ class Sender:
             self.defer(delivery, decision.retry_at_ms or now_ms + 1000, "breaker_open")
             return Ended(attempted=False)
         lane = delivery.lane.value
+        stage_clock.stamp("sending", delivery.delivery_id)
         metrics.add_in_flight(lane, 1)
         try:
             result = await attempt(self._transport, sub, delivery, self._clock)

@@ -17,6 +17,7 @@ import pytest
 
 from bench import hops, profile
 from bench.cpu import local_broker_running
+from streams.adapters import stage_clock
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
@@ -68,6 +69,12 @@ def test_bench_smoke_produces_results(kafka_bootstrap: str, tmp_path: Path) -> N
         split = side["hops"]
         assert split["split"] == side["delivered"]
         assert hops.hop_names(split) == hop_names
+    # the worker's own µs clock splits hookstream's side into its stages, in order (P2)
+    stages = latency["stages"]
+    assert stages["split"] == latency["delivered"]
+    assert hops.hop_names(stages) == [*stage_clock.STAGES, "http"]
+    assert stages["taken_p50_ms"] > 0  # across Kafka: the routed record's linger at least
+    assert min(stages[f"{name}_p50_ms"] for name in ("produced", "started", "sending")) >= 0
     # per-process CPU per delivery: the bench's own process publishes
     assert _positive(latency["worker_us_per_delivery"])
     assert _positive(latency["publisher_us_per_delivery"])

@@ -132,6 +132,33 @@ def test_p2_row_lists_the_hop_p99s_and_each_process_cpu_beside_the_floor() -> No
     assert extra["hops"] == "append/route/http"
     assert extra["hop_p99_ms"] == [1.0, 4.0, 1.0]
     assert extra["floor_hop_p99_ms"] == [1.0, 2.0, 0.5]
+    assert "stages" not in extra  # no stage clock in these runs
+
+
+def test_p2_row_lists_the_worker_stage_clock_medians_when_the_runs_have_them() -> None:
+    runs = [
+        {
+            "p99_ms": 10.0,
+            "stages": {
+                "routing_p50_ms": p50,
+                "routing_p99_ms": 2 * p50,
+                "taken_p50_ms": 0.3,
+                "taken_p99_ms": 0.9,
+                "http_p50_ms": 0.5,
+                "http_p99_ms": 1.0,
+            },
+        }
+        for p50 in (1.0, 3.0, 2.0)
+    ]
+    medians = {"p50_ms": 3.0, "p95_ms": 6.0, "p99_ms": 10.0}
+    result = {"config": {"rate": 1000}, "runs": runs, "medians": medians}
+    result["hop_medians"] = hop_medians(runs)
+    figure = figures_speed.p2(result)
+    assert figure is not None
+    extra = figure["extra"]
+    assert extra["stages"] == "routing/taken/http"
+    assert extra["stage_p50_ms"] == [2.0, 0.3, 0.5]
+    assert extra["stage_p99_ms"] == [4.0, 0.9, 1.0]
 
 
 def test_p2_the_slowest_deliveries_are_listed_with_their_hops_and_second() -> None:
