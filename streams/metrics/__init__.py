@@ -104,7 +104,9 @@ def subscription_label(subscription_id: str) -> str:
 # --- hot-path helpers ---------------------------------------------------------------------------
 
 _attempt_children: dict[tuple[str, str], tuple[Any, Any]] = {}
-_in_flight_children: dict[str, Any] = {}
+#: attempts in progress by lane, read at scrape time: a plain add per attempt, where the
+#: gauge's own `inc` takes a lock (about 1 µs, twice per attempt)
+_in_flight: dict[str, int] = {}
 _retry_children: dict[str, Any] = {}
 _dlq_children: dict[str, Any] = {}
 _invalid_children: dict[str, Any] = {}
@@ -126,26 +128,25 @@ def record_attempt(outcome: str, lane: str, duration_s: float) -> None:
     children[1].observe(duration_s)
 
 
-def _in_flight_child(lane: str) -> Any:
-    child = _in_flight_children.get(lane)
-    if child is None:
-        child = _in_flight_children[str(lane)] = IN_FLIGHT.labels(_member(lane, LANES))
-    return child
-
-
 def set_ledger_compaction(pending_bytes: int, running: int) -> None:
     LEDGER_COMPACTION.labels(what="pending_bytes").set(pending_bytes)
     LEDGER_COMPACTION.labels(what="running").set(running)
 
 
-def set_in_flight(lane: str, n: int) -> None:
-    """The number of attempts of ``lane`` now in progress."""
-    _in_flight_child(lane).set(n)
-
-
 def add_in_flight(lane: str, delta: int) -> None:
     """One attempt started (+1) or finished (-1) on ``lane``."""
-    _in_flight_child(lane).inc(delta)
+    if lane in _in_flight:
+        _in_flight[lane] += delta
+        return
+    label = _member(lane, LANES)
+    if label not in _in_flight:
+        _in_flight[label] = 0
+        IN_FLIGHT.labels(label).set_function(functools.partial(_in_flight_on, label))
+    _in_flight[label] += delta
+
+
+def _in_flight_on(lane: str) -> float:
+    return float(_in_flight[lane])
 
 
 def record_retry(tier: str) -> None:
@@ -284,7 +285,8 @@ def _initialise() -> None:
             DELIVERIES.labels(outcome, lane)
     for lane in LANES:
         ATTEMPT_DURATION.labels(lane)
-        IN_FLIGHT.labels(lane)
+        _in_flight[lane] = 0
+        IN_FLIGHT.labels(lane).set_function(functools.partial(_in_flight_on, lane))
         DUPLICATES_SUPPRESSED.labels(lane)
     for state in BREAKER_STATES:
         BREAKER_TRANSITIONS.labels(state)

@@ -93,6 +93,22 @@ def test_r2_backfill_progress_sums_per_label_and_disappears_when_done() -> None:
     assert value("hookstream_backfills_running") == 0
 
 
+def test_o1_in_flight_counts_attempts_under_way_by_lane() -> None:
+    assert REGISTRY.get_sample_value("hookstream_in_flight", {"lane": "backfill"}) is not None
+    live = value("hookstream_in_flight", lane="live")
+    metrics.add_in_flight("live", 1)
+    metrics.add_in_flight("live", 1)
+    assert value("hookstream_in_flight", lane="live") == live + 2
+    metrics.add_in_flight("live", -1)
+    assert value("hookstream_in_flight", lane="live") == live + 1
+    unknown = value("hookstream_in_flight", lane="unknown")
+    metrics.add_in_flight("sideways", 1)
+    assert value("hookstream_in_flight", lane="unknown") == unknown + 1
+    metrics.add_in_flight("sideways", -1)
+    metrics.add_in_flight("live", -1)
+    assert value("hookstream_in_flight", lane="live") == live
+
+
 def test_h7_breaker_gauge_covers_every_state() -> None:
     metrics.set_breakers({"open": 2})
     assert value("hookstream_breakers", state="open") == 2
