@@ -26,9 +26,8 @@ import ipaddress
 import socket
 import ssl
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from time import perf_counter
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import aiohttp
 from aiohttp.abc import AbstractResolver
@@ -49,8 +48,7 @@ _NO_SUCH_HOST = frozenset(
 _RESET_ERRORS = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
 
 
-@dataclass(frozen=True, slots=True)
-class HttpRequest:
+class HttpRequest(NamedTuple):
     """One delivery attempt: POST ``body`` to ``url``; ``timeout_s`` bounds the whole exchange."""
 
     url: str
@@ -59,8 +57,7 @@ class HttpRequest:
     timeout_s: float
 
 
-@dataclass(frozen=True, slots=True)
-class HttpResponse:
+class HttpResponse(NamedTuple):
     """What the endpoint answered. ``body_excerpt`` is the start of what was read, undecoded."""
 
     status: int

@@ -9,7 +9,8 @@ or a terminal/exhausted failure, never a retryable attempt that will be retried.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import NamedTuple
 
 from streams.domain.backoff import RetryPolicy, plan_retry
 from streams.domain.breaker import origin_of
@@ -29,8 +30,7 @@ EXCERPT_CHARS = 1024
 ERROR_CHARS = 500
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptResult:
+class AttemptResult(NamedTuple):
     """What the transport saw: a status, or a failure below HTTP."""
 
     started_at: int
@@ -42,8 +42,7 @@ class AttemptResult:
     retry_after: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Settlement:
+class Settlement(NamedTuple):
     attempt: Attempt
     retry: Delivery | None = None
     retry_tier: int | None = None

@@ -33,7 +33,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from streams.domain.breaker import origin_of
 from streams.domain.models import Delivery, Subscription
@@ -51,8 +51,7 @@ STALL_S = 1.0
 EWMA_ALPHA = 0.2
 
 
-@dataclass(frozen=True, slots=True)
-class Ended:
+class Ended(NamedTuple):
     """How an attempt ended, as flow control needs it."""
 
     #: F2: hold the subscription's next deliveries this long (a 429/503 Retry-After).
