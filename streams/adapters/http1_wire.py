@@ -210,8 +210,8 @@ def header_block(headers: Mapping[str, str], length: int) -> bytes:
             _refuse(name)
         names.add(lowered)
         lines.append(f"{name}: {value}\r\n")
-    # One pass over the whole block instead of three searches per header (1.6 µs less per
-    # attempt): each line may hold only its own CR LF, and no NUL.
+    # One pass over the whole block instead of three searches per header (about 2 µs less
+    # per attempt): each line may hold only its own CR LF, and no NUL.
     block = "".join(lines)
     if "\0" in block or block.count("\n") != len(lines) or block.count("\r") != len(lines):
         for name, value in headers.items():

@@ -140,9 +140,14 @@ def add_in_flight(lane: str, delta: int) -> None:
         return
     label = _member(lane, LANES)
     if label not in _in_flight:
-        _in_flight[label] = 0
-        IN_FLIGHT.labels(label).set_function(functools.partial(_in_flight_on, label))
+        _count_in_flight(label)
     _in_flight[label] += delta
+
+
+def _count_in_flight(label: str) -> None:
+    """Start ``label``'s count at 0; its gauge reads it at scrape time."""
+    _in_flight[label] = 0
+    IN_FLIGHT.labels(label).set_function(functools.partial(_in_flight_on, label))
 
 
 def _in_flight_on(lane: str) -> float:
@@ -285,8 +290,7 @@ def _initialise() -> None:
             DELIVERIES.labels(outcome, lane)
     for lane in LANES:
         ATTEMPT_DURATION.labels(lane)
-        _in_flight[lane] = 0
-        IN_FLIGHT.labels(lane).set_function(functools.partial(_in_flight_on, lane))
+        _count_in_flight(lane)
         DUPLICATES_SUPPRESSED.labels(lane)
     for state in BREAKER_STATES:
         BREAKER_TRANSITIONS.labels(state)
