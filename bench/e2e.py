@@ -93,6 +93,7 @@ def rig_config(
         floor=floor,
         append_times=args.scenario in ("latency", "smoke"),  # for the hop breakdown
         stage_clock=args.scenario in ("latency", "smoke"),  # and the worker's stages
+        broker_requests=args.scenario in ("latency", "throughput", "smoke"),
     )
 
 

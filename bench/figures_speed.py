@@ -8,6 +8,7 @@ import statistics
 from typing import Any, Final
 
 from bench import hops
+from bench.broker_requests import FIGURES
 
 Figure = dict[str, Any]
 
@@ -72,6 +73,7 @@ def p1(result: dict[str, Any]) -> Figure | None:
             "multiple_runs": [round(m, 2) for m in multiples],
             **_per_process(result["runs"], ("broker", "nginx", "publisher")),
             **_floor(floor_us, floor_multiples, over_floor),
+            **_requests(med),
         },
     }
 
@@ -98,6 +100,18 @@ def _per_process(runs: list[dict[str, Any]], names: tuple[str, ...]) -> dict[str
         known = [v for v in values if isinstance(v, int | float)]
         if known:
             found[f"{name}_cpu_per_delivery_us"] = _rounded(known)
+    return found
+
+
+def _requests(medians: dict[str, Any]) -> dict[str, float]:
+    """The broker's requests per delivery (all, Produce, Fetch; `bench.broker_requests`),
+    hookstream's and the floor's side, medians of the runs; results from before have none."""
+    found: dict[str, float] = {}
+    for side in ("", "floor_"):
+        for key, _kind in FIGURES:
+            value = medians.get(f"{side}{key}")
+            if isinstance(value, int | float):
+                found[f"{side}{key}"] = round(value, 3)
     return found
 
 
@@ -152,6 +166,7 @@ def p2(result: dict[str, Any]) -> Figure | None:
     )
     processes = ("worker", "floor_relay", "broker", "floor_broker", "publisher")
     extra.update(_per_process(result["runs"], processes))
+    extra.update(_requests(med))
     extra.update(_hops_p99(result))
     if floor_p50 and floor_p99:
         extra["p50_over_floor"] = round(med["p50_ms"] / floor_p50, 2)

@@ -38,7 +38,8 @@ from bench.flow_pairs import pair_medians, paired_runs
 from bench.flow_rows import row_figures, run_loads
 from bench.nginx import Nginx
 from bench.report import RESULTS_DIR, fmt, machine, median_of, write_json
-from bench.rig import TENANT, scrape
+from bench.rig import TENANT
+from bench.scrape import scrape
 from bench.silent import silent_receiver
 from bench.traffic import (
     Stream,

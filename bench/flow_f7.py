@@ -15,7 +15,7 @@ from typing import Any
 from bench.flow_pairs import pair_medians, paired_runs, ratio
 from bench.nginx import Nginx
 from bench.report import fmt
-from bench.rig import gc_pauses
+from bench.scrape import gc_pauses
 from bench.silent import silent_receiver
 from bench.traffic import (
     Published,

@@ -26,23 +26,13 @@ from typing import Any
 
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaError, Message
 
-from bench import hops
+from bench import broker_requests, hops
 from bench.cpu import PROCESSES, per_delivery_us
 from bench.floor import read_hops
 from bench.nginx import Nginx
 from bench.report import fmt, median_of, percentile
-from bench.rig import (
-    TENANT,
-    Rig,
-    RigConfig,
-    _json,
-    _minus,
-    _produce,
-    buckets_of,
-    gc_pauses,
-    make_event,
-    scrape,
-)
+from bench.rig import TENANT, Rig, RigConfig, _json, _produce, make_event
+from bench.scrape import buckets_of, gc_pauses, minus, scrape
 from bench.traffic import clock_points, stage_points
 
 #: The worker's event-loop lag is counted above each of these (ms): a timer fires every 50 ms.
@@ -62,6 +52,8 @@ LATENCY_KEYS = (
     *(f"{name}_us_per_delivery" for name, _ in PROCESSES),
     "floor_relay_us_per_delivery",
     "floor_broker_us_per_delivery",
+    *(key for key, _ in broker_requests.FIGURES),
+    *(f"floor_{key}" for key, _ in broker_requests.FIGURES),
 )
 #: how long to wait for the floor's hop file to hold every delivered request
 HOPS_WAIT_S = 10.0
@@ -129,6 +121,7 @@ def latency_phase(
         **rig.others_cpu(window_start, window_end),
     }
     window_s = max(window_end - window_start, 1e-3)
+    requests = rig.broker_requests(window_start, window_end, len(latencies) / window_s)
     result: dict[str, Any] = {
         "rate_target": rate,
         "rate_published": n / max(elapsed, 1e-3),
@@ -142,11 +135,13 @@ def latency_phase(
         **cpu,
         "worker_rss_mib": rig.worker.peak_rss() / 2**20,
         **per_delivery_us(cpu, len(latencies) / window_s),
+        "broker_requests": requests,
+        **broker_requests.figures(requests),
         "began_at": began,
         "timeline": _with_cpu(rig, timeline(sent, received, measured, began), began),
     }
     if not rig.config.floor:
-        result["worker_gc"] = {"start": gc_at_start, "run": _minus(gc_pauses(rig), gc_at_start)}
+        result["worker_gc"] = {"start": gc_at_start, "run": minus(gc_pauses(rig), gc_at_start)}
         lag = loop_lag(rig)
         result["worker_loop_lag"] = {key: lag[key] - lag_at_start[key] for key in lag}
     if split:
@@ -229,6 +224,8 @@ def with_floor(run: dict[str, Any], floor: dict[str, Any], floor_first: bool) ->
         **{f"floor_{key}": floor.get(key) for key in FLOOR_KEYS},
         "floor_relay_us_per_delivery": floor.get("worker_us_per_delivery"),
         "floor_broker_us_per_delivery": floor.get("broker_us_per_delivery"),
+        "floor_broker_requests": floor.get("broker_requests"),
+        **{f"floor_{key}": floor.get(key) for key, _ in broker_requests.FIGURES},
         "floor_first": floor_first,
         "floor": floor,
     }

@@ -13,8 +13,8 @@ worker and deletes every topic it created, so runs never see each other's record
 from __future__ import annotations
 
 import os
+import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,6 +23,8 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from bench.broker_requests import BrokerRequests, per_delivery
+from bench.broker_requests import figures as broker_figures
 from bench.cpu import BoxSampler, bootstrap_broker_pid, per_delivery_us
 from bench.floor import floor_command
 from bench.nginx import Nginx, free_port
@@ -69,6 +71,8 @@ class RigConfig:
     # the worker writes when each delivery reached each of its stages, to the µs
     # (`streams.adapters.stage_clock`, `Rig.stage_clock`); a worker's setting, not the floor's
     stage_clock: bool = False
+    # count the broker's requests by kind (`bench.broker_requests`); a local broker only
+    broker_requests: bool = False
 
 
 def make_event(run: str, n: int, event_type: str = EVENT_TYPE) -> Event:
@@ -108,6 +112,7 @@ class Rig:
         self.extra_sub_ids: list[str] = []
         self.worker: Worker | None = None
         self.box: BoxSampler | None = None
+        self.requests: BrokerRequests | None = None  # the broker's requests by kind
         self.ready_s = 0.0
         self._probes = 0
 
@@ -136,7 +141,10 @@ class Rig:
                 self.worker = Worker(self.settings, log, env, command)
             else:
                 self.worker = Worker(self.settings, log, env)
-            self.box = BoxSampler(self.receiver.pid, bootstrap_broker_pid(self.config.bootstrap))
+            broker_pid = bootstrap_broker_pid(self.config.bootstrap)
+            self.box = BoxSampler(self.receiver.pid, broker_pid)
+            if broker_pid is not None and self.config.broker_requests:
+                self.requests = BrokerRequests(broker_pid)
             self._wait_ready()
             self.ready_s = time.monotonic() - began
         except BaseException:
@@ -147,6 +155,8 @@ class Rig:
     def __exit__(self, *exc: object) -> None:
         if self.box is not None:
             self.box.stop()
+        if self.requests is not None:
+            self.requests.stop()
         if self.worker is not None:
             self.worker.stop()
         # topics.yaml's topics start with the prefix, faust's changelogs with the group id;
@@ -226,6 +236,19 @@ class Rig:
             "bench_cpu_percent": box.percent("bench", start, end),
             "box_cpu_percent": box.percent("box", start, end),
         }
+
+    def broker_requests(
+        self, start: float, end: float, deliveries_per_s: float
+    ) -> dict[str, float]:
+        """The broker's requests per delivery by kind, and their ``total``, between two
+        wall-clock times; {} when they are not counted (`RigConfig.broker_requests`)."""
+        if self.requests is None:
+            return {}
+        found = per_delivery(self.requests.per_second(start, end), deliveries_per_s)
+        if not found:
+            why = self.requests.error or "fewer than two samples in the window"
+            print(f"the broker's requests were not counted: {why}", file=sys.stderr, flush=True)
+        return found
 
     def delivery_ids(self, event: Event) -> list[str]:
         if self.config.floor:
@@ -330,60 +353,6 @@ def throughput_phase(rig: Rig, events: int) -> dict[str, Any]:
         }
     )
     result.update(per_delivery_us(result, result["deliveries_per_s"]))
+    requests = rig.broker_requests(start, end, result["deliveries_per_s"])
+    result.update(broker_requests=requests, **broker_figures(requests))
     return result
-
-
-def scrape(rig: Rig, prefixes: tuple[str, ...]) -> dict[str, float]:
-    """The worker's own /metrics samples whose names start with one of ``prefixes``."""
-    url = f"http://127.0.0.1:{rig.settings.web_port}/metrics"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            text = response.read().decode()
-    except OSError:
-        return {}
-    found: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith(prefixes):
-            name, _, value = line.rpartition(" ")
-            found[name] = float(value)
-    return found
-
-
-def buckets_of(samples: dict[str, float], name: str, label: str = "") -> dict[float, float]:
-    """A scraped histogram's cumulative bucket counts by upper bound (``le``), for the series
-    whose sample names contain ``label``."""
-    return {
-        float(key.split('le="')[1].split('"')[0]): count
-        for key, count in samples.items()
-        if key.startswith(f"{name}_bucket") and label in key
-    }
-
-
-def gc_pauses(rig: Rig) -> dict[str, dict[str, float]]:
-    """The worker's garbage-collector passes so far, per generation: how many, their total
-    and the largest bucket bound one fell under (``hookstream_gc_pause_seconds``), in ms."""
-    samples = scrape(rig, ("hookstream_gc_pause_seconds",))
-    found: dict[str, dict[str, float]] = {}
-    for gen in ("0", "1", "2"):
-        label = f'generation="{gen}"'
-        buckets = sorted(buckets_of(samples, "hookstream_gc_pause_seconds", label).items())
-        total = samples.get(f"hookstream_gc_pause_seconds_count{{{label}}}", 0.0)
-        under = next((bound for bound, count in buckets if count >= total), float("inf"))
-        found[gen] = {
-            "count": total,
-            "total_ms": samples.get(f"hookstream_gc_pause_seconds_sum{{{label}}}", 0.0) * 1000,
-            "max_under_ms": under * 1000 if total else 0.0,
-        }
-    return found
-
-
-def _minus(
-    after: dict[str, dict[str, float]], before: dict[str, dict[str, float]]
-) -> dict[str, dict[str, float]]:
-    return {
-        gen: {
-            key: after[gen][key] - before.get(gen, {}).get(key, 0.0)
-            for key in ("count", "total_ms")
-        }
-        for gen in after
-    }

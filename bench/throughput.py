@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import profile
+from bench.broker_requests import FIGURES
 from bench.cpu import PROCESSES
 from bench.nginx import Nginx
 from bench.report import fmt, median_of, raw_dir
-from bench.rig import Rig, RigConfig, scrape, throughput_phase
+from bench.rig import Rig, RigConfig, throughput_phase
+from bench.scrape import scrape
 
 THROUGHPUT_KEYS = (
     "deliveries_per_s",
@@ -44,6 +46,8 @@ THROUGHPUT_KEYS = (
     "floor_deliveries_per_s",
     "floor_relay_us_per_delivery",
     "floor_broker_us_per_delivery",
+    *(key for key, _ in FIGURES),
+    *(f"floor_{key}" for key, _ in FIGURES),
 )
 
 
@@ -109,6 +113,7 @@ def scenario_throughput(
                 "floor_deliveries_per_s": floor.get("deliveries_per_s"),
                 "floor_relay_us_per_delivery": floor.get("worker_us_per_delivery"),
                 "floor_broker_us_per_delivery": floor.get("broker_us_per_delivery"),
+                **{f"floor_{key}": floor.get(key) for key, _ in FIGURES},
             }
         runs.append(run)
         say(

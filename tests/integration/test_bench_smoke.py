@@ -80,6 +80,15 @@ def test_bench_smoke_produces_results(kafka_bootstrap: str, tmp_path: Path) -> N
     assert _positive(latency["publisher_us_per_delivery"])
     if local_broker_running():
         assert _positive(latency["broker_us_per_delivery"])
+        # the broker's requests by kind over the same window, read over JMX (P2): both sides
+        # produce and fetch, and hookstream's worker writes three records a delivery (archive,
+        # routed, attempts) where the floor writes one, each its own produce request
+        for side in (latency, floor):
+            assert _positive(side["broker_produce_requests_per_delivery"])
+            assert _positive(side["broker_fetch_requests_per_delivery"])
+            assert side["broker_requests_per_delivery"] == side["broker_requests"]["total"]
+        produce = "broker_produce_requests_per_delivery"
+        assert latency[produce] > floor[produce]
     # the worker's event-loop lag over the same window, a sample every 50 ms (O1)
     lag = latency["worker_loop_lag"]
     assert lag["count"] > 0

@@ -1,0 +1,114 @@
+"""The broker's requests by kind during a run (SPEC P2, P1): what the broker's CPU is spent on.
+
+The broker's CPU per delivery beside hookstream has been about twice what it is beside the floor
+relay. Most of a broker's CPU goes per request, not per byte, so the run counts the requests the
+broker served, by kind (Produce, Fetch, OffsetCommit, ...), over the same window as the CPU
+figures, and reports them per delivery. The counts are Kafka's own
+(`kafka.network:type=RequestMetrics,name=RequestsPerSec,request=<kind>`, whose ``Count`` is
+cumulative), read over JMX by ``bench/jmx/BrokerRequests.java``, which the JDK runs from source
+(the broker's own Java, so nothing to build); it attaches to the broker's JVM by pid, which needs
+the broker to be a local process of the same user (the bench's own broker always is).
+
+Trade-offs: a sample every `SAMPLE_MS` costs the broker one JMX query of a few dozen meters
+(well under 1% of a core); a JVM that cannot be attached (another user's broker, a remote one)
+leaves the figures out, and the run says so, rather than failing the run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Final
+
+PROBE: Final = Path(__file__).with_name("jmx") / "BrokerRequests.java"
+SAMPLE_MS: Final = 500
+#: Request kinds that only split another one (Fetch = FetchConsumer + FetchFollower).
+SUBSETS: Final = frozenset({"FetchConsumer", "FetchFollower"})
+
+
+class BrokerRequests:
+    """Samples a local broker's request counts on a JVM of the probe's own until `stop`."""
+
+    def __init__(self, broker_pid: int, java: str | None = None) -> None:
+        java = java or shutil.which("java")
+        if java is None:
+            raise RuntimeError("`java` is not on PATH: the broker's request counts need it")
+        self.samples: list[tuple[float, dict[str, int]]] = []  # (Unix s, kind -> count)
+        self.error = ""
+        self._process = subprocess.Popen(
+            [java, str(PROBE), str(broker_pid), str(SAMPLE_MS)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self._thread = threading.Thread(target=self._read, name="broker-requests", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        stdout: IO[str] | None = self._process.stdout
+        assert stdout is not None
+        for line in stdout:
+            if line.startswith("{"):
+                sample = json.loads(line)
+                self.samples.append((sample["t"] / 1000, sample["requests"]))
+        if self._process.stderr is not None:  # the probe ended: keep why, for the run's log
+            lines = self._process.stderr.read().strip().splitlines()
+            self.error = lines[0] if lines else ""
+
+    def per_second(self, start: float, end: float) -> dict[str, float]:
+        """Each request kind's rate between two wall-clock times (requests/s), from the first
+        sample at or after ``start`` to the last at or before ``end``; {} without two."""
+        return rates(self.samples, start, end)
+
+    def stop(self) -> None:
+        self._process.terminate()
+        try:
+            self._process.wait(5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(5)
+        self._thread.join(5)
+
+
+def rates(
+    samples: list[tuple[float, dict[str, int]]], start: float, end: float
+) -> dict[str, float]:
+    """Per-kind requests/s between the first sample at or after ``start`` and the last at or
+    before ``end`` (``samples`` in time order); {} when fewer than two fall inside."""
+    inside = [s for s in samples if start <= s[0] <= end]
+    if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+        return {}
+    (t0, first), (t1, last) = inside[0], inside[-1]
+    seconds = t1 - t0
+    found = {
+        kind: (count - first.get(kind, 0)) / seconds
+        for kind, count in last.items()
+        if kind not in SUBSETS
+    }
+    return {kind: rate for kind, rate in found.items() if rate > 0}
+
+
+def per_delivery(per_s: Mapping[str, float], deliveries_per_s: float) -> dict[str, float]:
+    """Requests per delivery by kind, with ``total``; {} when either side is unknown."""
+    if not per_s or deliveries_per_s <= 0:
+        return {}
+    found = {kind: rate / deliveries_per_s for kind, rate in sorted(per_s.items())}
+    found["total"] = sum(found.values())
+    return found
+
+
+#: (the run's key, the request kind in `per_delivery`'s answer): the figures a row carries
+FIGURES: Final = (
+    ("broker_requests_per_delivery", "total"),
+    ("broker_produce_requests_per_delivery", "Produce"),
+    ("broker_fetch_requests_per_delivery", "Fetch"),
+)
+
+
+def figures(requests: Mapping[str, float]) -> dict[str, float | None]:
+    """A run's request figures (`FIGURES`) from `per_delivery`'s answer; None where missing."""
+    return {key: requests.get(kind) for key, kind in FIGURES}
