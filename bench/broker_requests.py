@@ -9,8 +9,11 @@ cumulative), read over JMX by ``bench/jmx/BrokerRequests.java``, which the JDK r
 (the broker's own Java, so nothing to build); it attaches to the broker's JVM by pid, which needs
 the broker to be a local process of the same user (the bench's own broker always is).
 
-Trade-offs: a sample every `SAMPLE_MS` costs the broker one JMX query of a few dozen meters
-(well under 1% of a core); a JVM that cannot be attached (another user's broker, a remote one)
+Trade-offs: a sample every `SAMPLE_MS` costs the broker one JMX query of a few dozen meters;
+the probe's own JVM took 1.7 s of CPU to start (compiling its source) and then 0.85% of a core,
+which the box's CPU figure includes (measured beside the development broker, 2026-12-06); it
+starts with the rig, before the worker is ready, so its start-up is outside every window. A JVM
+that cannot be attached (another user's broker, a remote one)
 leaves the figures out, and the run says so, rather than failing the run.
 """
 
@@ -22,7 +25,7 @@ import subprocess
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Any, Final
 
 PROBE: Final = Path(__file__).with_name("jmx") / "BrokerRequests.java"
 SAMPLE_MS: Final = 500
@@ -109,6 +112,15 @@ FIGURES: Final = (
 )
 
 
+#: every key the figures add to a run: hookstream's side, then the floor's of the same run
+RUN_KEYS: Final = (*(key for key, _ in FIGURES), *(f"floor_{key}" for key, _ in FIGURES))
+
+
 def figures(requests: Mapping[str, float]) -> dict[str, float | None]:
     """A run's request figures (`FIGURES`) from `per_delivery`'s answer; None where missing."""
     return {key: requests.get(kind) for key, kind in FIGURES}
+
+
+def floor_figures(floor: Mapping[str, Any]) -> dict[str, Any]:
+    """The floor's request figures of the same run, under ``floor_`` keys beside hookstream's."""
+    return {f"floor_{key}": floor.get(key) for key, _ in FIGURES}

@@ -8,7 +8,7 @@ import statistics
 from typing import Any, Final
 
 from bench import hops
-from bench.broker_requests import FIGURES
+from bench.broker_requests import RUN_KEYS
 
 Figure = dict[str, Any]
 
@@ -107,11 +107,10 @@ def _requests(medians: dict[str, Any]) -> dict[str, float]:
     """The broker's requests per delivery (all, Produce, Fetch; `bench.broker_requests`),
     hookstream's and the floor's side, medians of the runs; results from before have none."""
     found: dict[str, float] = {}
-    for side in ("", "floor_"):
-        for key, _kind in FIGURES:
-            value = medians.get(f"{side}{key}")
-            if isinstance(value, int | float):
-                found[f"{side}{key}"] = round(value, 3)
+    for key in RUN_KEYS:
+        value = medians.get(key)
+        if isinstance(value, int | float):
+            found[key] = round(value, 3)
     return found
 
 

@@ -52,8 +52,7 @@ LATENCY_KEYS = (
     *(f"{name}_us_per_delivery" for name, _ in PROCESSES),
     "floor_relay_us_per_delivery",
     "floor_broker_us_per_delivery",
-    *(key for key, _ in broker_requests.FIGURES),
-    *(f"floor_{key}" for key, _ in broker_requests.FIGURES),
+    *broker_requests.RUN_KEYS,
 )
 #: how long to wait for the floor's hop file to hold every delivered request
 HOPS_WAIT_S = 10.0
@@ -225,7 +224,7 @@ def with_floor(run: dict[str, Any], floor: dict[str, Any], floor_first: bool) ->
         "floor_relay_us_per_delivery": floor.get("worker_us_per_delivery"),
         "floor_broker_us_per_delivery": floor.get("broker_us_per_delivery"),
         "floor_broker_requests": floor.get("broker_requests"),
-        **{f"floor_{key}": floor.get(key) for key, _ in broker_requests.FIGURES},
+        **broker_requests.floor_figures(floor),
         "floor_first": floor_first,
         "floor": floor,
     }

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import profile
-from bench.broker_requests import FIGURES
+from bench.broker_requests import RUN_KEYS, floor_figures
 from bench.cpu import PROCESSES
 from bench.nginx import Nginx
 from bench.report import fmt, median_of, raw_dir
@@ -46,8 +46,7 @@ THROUGHPUT_KEYS = (
     "floor_deliveries_per_s",
     "floor_relay_us_per_delivery",
     "floor_broker_us_per_delivery",
-    *(key for key, _ in FIGURES),
-    *(f"floor_{key}" for key, _ in FIGURES),
+    *RUN_KEYS,
 )
 
 
@@ -113,7 +112,7 @@ def scenario_throughput(
                 "floor_deliveries_per_s": floor.get("deliveries_per_s"),
                 "floor_relay_us_per_delivery": floor.get("worker_us_per_delivery"),
                 "floor_broker_us_per_delivery": floor.get("broker_us_per_delivery"),
-                **{f"floor_{key}": floor.get(key) for key, _ in FIGURES},
+                **floor_figures(floor),
             }
         runs.append(run)
         say(
