@@ -236,6 +236,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=3, help="runs; the median is reported")
     parser.add_argument("--seconds", type=float, help="latency/memory: measured seconds")
     parser.add_argument("--warmup", type=float, default=2.0, help="latency: seconds not counted")
+    parser.add_argument(
+        "--warmup-runs",
+        type=int,
+        default=0,
+        help="latency: whole runs before the counted ones, reported but not counted "
+        "(off in make bench: docs/benchmarks.md, 'A whole run to warm the broker')",
+    )
     parser.add_argument("--events", type=int, help="throughput/smoke: events published at once")
     parser.add_argument("--rate", type=float, help="latency/memory: events published per second")
     parser.add_argument("--subs", type=int, default=1, help="matching subscriptions (fan-out)")

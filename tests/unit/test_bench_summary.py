@@ -205,6 +205,16 @@ def test_p2_is_judged_against_the_floor_and_the_spread_of_the_runs() -> None:
     assert no_floor is not None and no_floor["met"] is False and "floor" in no_floor["note"]
 
 
+def test_p2_shows_a_warm_up_run_beside_the_counted_runs_without_counting_it() -> None:
+    result = _latency(1000, [10, 11, 12], floor_p50_ms=2.5, floor_p99_ms=6.0)
+    result["warmup_runs"] = [{"p99_ms": 40.0}]
+    figure = figures_speed.p2(result)
+    assert figure is not None and figure["met"] is True and figure["value"] == 11
+    assert figure["extra"]["warmup_p99_runs_ms"] == [40.0]
+    assert figure["extra"]["worst_run_over_median_run"] == round(12 / 11, 2)
+    assert figure["extra"]["worst_over_median_counting_warmup"] == round(40 / 11, 2)
+
+
 def test_f7_and_q1_figures_carry_their_targets() -> None:
     runs = [{"p99_ratio": 1.5}, {"p99_ratio": 2.5}, {"p99_ratio": 1.9}]
     medians = {"p99_ratio": 1.9, "measured_p99_ms": 13.0, "baseline_p99_ms": 7.0}
