@@ -55,6 +55,9 @@ class ClusterChaosConfig:
     leader_kills: int = 3
     failover_worker_kills: int = 0  # `Faults.worker_kill_in_failover` steps, after the kills
     failover_kills_all: bool = False  # those steps kill every worker, not worker 0
+    #: those steps start the killed node again and wait until it is back in sync; a run whose
+    #: last fault is one, and that audits only what its workers lost, may leave it down
+    failover_restore: bool = True
     controller_restart: bool = True
     broker_rolling: bool = True
     worker_rolling: bool = True
@@ -169,7 +172,14 @@ def run_cluster_chaos(config: ClusterChaosConfig) -> dict[str, Any]:
         _say(f"{len(cluster.workers)} workers ready on {cluster.brokers.bootstrap}")
         source = EventSource(cluster, uuid.uuid4().hex[:6], rng)
         publisher = Publisher(cluster, source, config.rate)
-        faults = Faults(cluster, config.steps(), config.gap_s, _say, config.failover_kills_all)
+        faults = Faults(
+            cluster,
+            config.steps(),
+            config.gap_s,
+            _say,
+            config.failover_kills_all,
+            restore=config.failover_restore,
+        )
         scenario = None
         if down is not None:
             cut = config.before_rolling()
