@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from streams.adapters import kafka_jars
+from streams.adapters import kafka_cds, kafka_jars
 from streams.errors import ConfigError, LocalKafkaError
 from streams.settings import Settings
 
@@ -213,7 +213,9 @@ class LocalKafka:
         ready_timeout: float = 60.0,
         stop_timeout: float = 30.0,
         jvm_options: tuple[str, ...] = BROKER_HEAP,
+        class_archive: bool = True,
     ) -> None:
+        """``class_archive``: start on the class archive of `streams.adapters.kafka_cds`."""
         self.endpoint = parse_bootstrap(settings.kafka_bootstrap)
         self.bootstrap = self.endpoint.address()
         self.pom_path = (pom_path or kafka_jars.default_pom_path()).resolve()
@@ -233,6 +235,7 @@ class LocalKafka:
         self._ready_timeout = ready_timeout
         self._stop_timeout = stop_timeout
         self._jvm_options = jvm_options  # the broker's heap and GC flags
+        self._class_archive = class_archive
 
     # --- public API ----------------------------------------------------------------------------
     def start(self) -> StartResult:
@@ -270,6 +273,8 @@ class LocalKafka:
                     os.kill(pid, signal.SIGKILL)
                 self._wait_exit(pid, 10.0)
             self.pid_path.unlink(missing_ok=True)
+            if kafka_cds.promote(self.kafka_dir, clean_exit=not killed) is not None:
+                self._say("kept the broker's class archive: later starts map it")
         return StopResult(True, pid, time.monotonic() - began, killed)
 
     def status(self) -> KafkaStatus:
@@ -338,7 +343,10 @@ class LocalKafka:
     def _launch(self, java: str) -> int:
         if self.log_path.exists():
             self.log_path.replace(self.log_path.with_name(self.log_path.name + ".1"))
-        argv = self._java_command(java, self._jvm_options, "kafka.Kafka", str(self.properties_path))
+        options = self._jvm_options
+        if self._class_archive:
+            options += kafka_cds.jvm_flags(self.jars_dir, java, self.kafka_dir)
+        argv = self._java_command(java, options, "kafka.Kafka", str(self.properties_path))
         launcher = ["/bin/sh", "-c", _LAUNCHER, "hookstream-kafka", str(self.log_path), *argv]
         output = self._run(launcher, "starting kafka", timeout=30.0)
         try:

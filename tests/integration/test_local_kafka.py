@@ -95,6 +95,40 @@ def test_X2_broker_lifecycle(tmp_path: Path, jar_cache: Path) -> None:
     assert local.running_pid() is None
 
 
+def _cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+
+
+def test_X2_the_first_clean_stop_keeps_a_class_archive_that_later_starts_map(
+    tmp_path: Path, jar_cache: Path
+) -> None:
+    """`streams.adapters.kafka_cds`: a real broker writes the archive as it exits, and the next
+    start maps it and serves as before; the broker's log stays free of the JVM's CDS lines."""
+    settings = _settings(tmp_path, _free_port_pair())
+    local = LocalKafka(settings, jars_dir=jar_cache)
+    local.resolve_jars()
+    for old in jar_cache.glob("classes-*.jsa"):  # another test's broker may have made it
+        old.unlink()
+    try:
+        first = local.start()
+        dumping = [a for a in _cmdline(first.pid) if a.startswith("-XX:ArchiveClassesAtExit=")]
+        assert len(dumping) == 1, _cmdline(first.pid)
+        assert not local.stop().killed
+        archives = list(jar_cache.glob("classes-*.jsa"))
+        assert len(archives) == 1 and archives[0].stat().st_size > 1_000_000
+        assert list(jar_cache.glob("*.part")) == []
+
+        second = local.start()
+        assert f"-XX:SharedArchiveFile={archives[0]}" in _cmdline(second.pid)
+        assert "hookstream.x2cds" in _create_and_list(second.bootstrap, "hookstream.x2cds")
+        assert not local.stop().killed
+    finally:
+        local.stop()
+    logs = local.log_path.read_text() + local.log_path.with_name("kafka.log.1").read_text()
+    assert "[cds]" not in logs
+    assert "Kafka Server started" in logs
+
+
 @pytest.mark.parametrize("taken", ["client", "controller"])
 def test_X2_taken_port_is_one_clear_error(
     tmp_path: Path,
