@@ -14,6 +14,11 @@ median over runs, in ``bench/results/attempt-<time>.json``. Each side of a chang
 running this from its checkout, alternating; the figure compares code within one session, it
 is not a target. It leaves out routing, the dispatcher's reads and everything the worker runs
 beside the attempts: `bench.ab` and P1 say what a change does to the whole worker.
+
+``--path direct`` drives `Sender.attempt` from as many long-lived coroutines as flow control
+would run attempts at once, with no flow control (`_direct`); ``--path both`` alternates the
+two, one run of each per repetition, and reports both medians: what flow control's queue, pump
+and task per attempt cost (docs/benchmarks.md, "Attempts without flow control").
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
+from confluent_kafka import Producer
 
 from bench.nginx import Nginx, nginx_receiver
 from bench.report import RESULTS_DIR, machine, write_json
@@ -71,7 +77,7 @@ def _deliveries(sub: Subscription, count: int) -> list[Delivery]:
     return out
 
 
-async def _run(settings: Settings, url: str, attempts: int) -> float:
+async def _run(settings: Settings, url: str, attempts: int, path: str = "flow") -> float:
     tiers = [(60.0, settings.topic("retry.1m"))]
     producer = make_producer(settings)
     outbox = Outbox(settings, producer, tiers, partitions=12)
@@ -114,7 +120,11 @@ async def _run(settings: Settings, url: str, attempts: int) -> float:
     deliveries = _deliveries(sub, attempts)
     tp = (settings.topic("routed"), 0)
     began = time.thread_time()
-    for offset, delivery in enumerate(deliveries):
+    if path == "direct":
+        slots = min(settings.dispatch_concurrency, settings.origin_max_in_flight)  # as in flow
+        await _direct(sender, sub, deliveries, slots, outbox, producer, tp)
+        done.set_result(None)
+    for offset, delivery in enumerate(deliveries if path == "flow" else ()):
         flow.submit(tp, offset, delivery, sub)
         if offset % 500 == 499:
             outbox.seal({tp: offset}, offset)
@@ -126,6 +136,30 @@ async def _run(settings: Settings, url: str, attempts: int) -> float:
     await outbox.flush()
     await transport.aclose()
     return spent / attempts * 1e6
+
+
+async def _direct(
+    sender: Sender,
+    sub: Subscription,
+    deliveries: list[Delivery],
+    slots: int,
+    outbox: Outbox,
+    producer: Producer,
+    tp: tuple[str, int],
+) -> None:
+    """``--path direct``: ``slots`` long-lived coroutines take the deliveries in turn and await
+    `Sender.attempt` on each, with no flow control and no task per delivery: the part of an
+    attempt's cost that is not flow control's (its queue, pump and task per attempt)."""
+    queue = iter(enumerate(deliveries))
+
+    async def one_slot() -> None:
+        for offset, delivery in queue:
+            await sender.attempt(sub, delivery)
+            if offset % 500 == 499:
+                outbox.seal({tp: offset}, offset)
+                producer.poll(0)
+
+    await asyncio.gather(*(one_slot() for _ in range(slots)))
 
 
 def _arrived(nginx: Nginx, expected: int) -> None:
@@ -145,6 +179,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--attempts", type=int, default=20000, help="deliveries per run")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument(
+        "--path",
+        choices=("flow", "direct", "both"),
+        default="flow",
+        help="flow: through FlowControl, as the worker runs them; direct: without it "
+        "(see `_direct`); both: alternating, one run of each per repetition",
+    )
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     prefix = f"benchattempt{uuid.uuid4().hex[:8]}."
@@ -155,22 +196,29 @@ def main(argv: list[str] | None = None) -> None:
         allow_private_destinations=True,
     )
     apply_topics(settings)
-    runs: list[float] = []
+    paths = ("flow", "direct") if args.path == "both" else (args.path,)
+    by_path: dict[str, list[float]] = {path: [] for path in paths}
     try:
         with nginx_receiver() as nginx:
             for _ in range(args.runs):
-                runs.append(uvloop.run(_run(settings, nginx.url, args.attempts)))
-                _arrived(nginx, args.attempts)
-                print(f"loop CPU per attempt: {runs[-1]:.1f} µs", flush=True)
+                for path in paths:
+                    spent = uvloop.run(_run(settings, nginx.url, args.attempts, path))
+                    by_path[path].append(spent)
+                    _arrived(nginx, args.attempts)
+                    print(f"{path}: loop CPU per attempt: {spent:.1f} µs", flush=True)
     finally:
         delete_topics(settings, TopicAdmin(settings).names_with_prefix(prefix))
     result: dict[str, Any] = {
         "scenario": "attempt",
         "machine": machine("bench.attempt"),
         "attempts": args.attempts,
-        "runs_us": [round(r, 2) for r in runs],
-        "median_us": round(statistics.median(runs), 2),
+        "runs_us": [round(r, 2) for r in by_path[paths[0]]],
+        "median_us": round(statistics.median(by_path[paths[0]]), 2),
     }
+    if len(paths) == 2:
+        result["path"] = "both"
+        result["direct_runs_us"] = [round(r, 2) for r in by_path["direct"]]
+        result["direct_median_us"] = round(statistics.median(by_path["direct"]), 2)
     path = write_json(result, args.results_dir)
     print(json.dumps({"median_us": result["median_us"], "results": str(path)}))
 

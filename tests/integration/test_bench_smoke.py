@@ -107,8 +107,10 @@ def test_bench_smoke_produces_results(kafka_bootstrap: str, tmp_path: Path) -> N
 @pytest.mark.timeout(180)
 def test_bench_attempt_times_deliveries_that_arrived(kafka_bootstrap: str, tmp_path: Path) -> None:
     # P1: bench.attempt's figure is the event loop's CPU per attempt of deliveries nginx
-    # received (it exits non-zero when any attempt did not arrive)
+    # received (it exits non-zero when any attempt did not arrive), through flow control and
+    # without it (--path both)
     command = [sys.executable, "-m", "bench.attempt", "--attempts", "300", "--runs", "2"]
+    command += ["--path", "both"]
     command += ["--bootstrap", kafka_bootstrap, "--results-dir", str(tmp_path)]
     done = subprocess.run(
         command, cwd=REPO, capture_output=True, text=True, timeout=150, check=False
@@ -121,3 +123,6 @@ def test_bench_attempt_times_deliveries_that_arrived(kafka_bootstrap: str, tmp_p
     assert len(result["runs_us"]) == 2
     assert all(_positive(run) for run in result["runs_us"])
     assert min(result["runs_us"]) <= result["median_us"] <= max(result["runs_us"])
+    assert result["path"] == "both" and len(result["direct_runs_us"]) == 2
+    assert all(_positive(run) for run in result["direct_runs_us"])
+    assert min(result["direct_runs_us"]) <= result["direct_median_us"]
