@@ -70,6 +70,15 @@ class ClusterChaosConfig:
     kafka_port: int = 0  # 0: any free port; the nodes take six from there
     recovery: bool = False  # the recovery scenario (`chaos.recovery_scenario`)
 
+    def __post_init__(self) -> None:
+        if not self.failover_restore and (
+            self.failover_worker_kills > 1 or self.controller_restart or self.broker_rolling
+        ):
+            raise ValueError(
+                "failover_restore=False leaves a node down: at most one worker_kill_in_failover "
+                "step, and no controller_restart or broker_rolling after it"
+            )
+
     def steps(self) -> list[str]:
         steps = ["leader_kill"] * self.leader_kills
         steps += ["worker_kill_in_failover"] * self.failover_worker_kills

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import orjson
+import pytest
 
 from chaos.audit import AuditReport
 from chaos.cluster_run import ClusterChaosConfig, verdict
@@ -228,6 +229,32 @@ def test_recovery_is_opt_in_and_re_enables_before_the_rolling_restarts() -> None
     assert config.steps()[config.before_rolling()] == "broker_rolling"
     no_rolling = replace(config, broker_rolling=False, worker_rolling=False)
     assert no_rolling.before_rolling() == len(no_rolling.steps())
+
+
+def test_Q1_a_run_that_leaves_the_killed_node_down_may_not_need_it_afterwards() -> None:
+    """The cluster test's sabotaged run leaves the node it killed down (`Faults`, restore):
+    a later fault that waits until every partition is in sync again, or a second kill with
+    one node already down, could never finish, so such a config is refused at once."""
+    base = ClusterChaosConfig(
+        deliveries=1,
+        seed=1,
+        work_dir=Path("w"),
+        jars_dir=Path("j"),
+        leader_kills=0,
+        failover_worker_kills=1,
+        controller_restart=False,
+        broker_rolling=False,
+    )
+    assert replace(base, failover_restore=False).steps() == [
+        "worker_kill_in_failover",
+        "worker_rolling",
+    ]
+    with pytest.raises(ValueError, match="leaves a node down"):
+        replace(base, failover_restore=False, broker_rolling=True)
+    with pytest.raises(ValueError, match="leaves a node down"):
+        replace(base, failover_restore=False, controller_restart=True)
+    with pytest.raises(ValueError, match="at most one worker_kill_in_failover"):
+        replace(base, failover_restore=False, failover_worker_kills=2)
 
 
 def test_h3_a_run_that_does_not_arm_can_tell_how_often_down_was_asked() -> None:
