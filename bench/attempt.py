@@ -123,14 +123,14 @@ async def _run(settings: Settings, url: str, attempts: int, path: str = "flow") 
     if path == "direct":
         slots = min(settings.dispatch_concurrency, settings.origin_max_in_flight)  # as in flow
         await _direct(sender, sub, deliveries, slots, outbox, producer, tp)
-        done.set_result(None)
-    for offset, delivery in enumerate(deliveries if path == "flow" else ()):
-        flow.submit(tp, offset, delivery, sub)
-        if offset % 500 == 499:
-            outbox.seal({tp: offset}, offset)
-            producer.poll(0)
-            await asyncio.sleep(0)
-    await done
+    else:
+        for offset, delivery in enumerate(deliveries):
+            flow.submit(tp, offset, delivery, sub)
+            if offset % 500 == 499:
+                outbox.seal({tp: offset}, offset)
+                producer.poll(0)
+                await asyncio.sleep(0)
+        await done
     spent = time.thread_time() - began
     outbox.seal({tp: attempts}, attempts)
     await outbox.flush()

@@ -28,7 +28,7 @@ from pathlib import Path
 
 #: Beside the pid file: the archive this run of the broker writes at exit, if it writes one.
 PENDING_NAME = "kafka.cds-pending"
-_QUIET = "-Xlog:cds*=off,cds+dynamic*=off"
+_QUIET = "-Xlog:cds*=off"  # every tag set that starts with cds, cds+dynamic too
 
 
 def archive_path(jars_dir: Path, java: str) -> Path:
@@ -48,10 +48,11 @@ def jvm_flags(jars_dir: Path, java: str, kafka_dir: Path) -> tuple[str, ...]:
     """
     archive = archive_path(jars_dir, java)
     marker = kafka_dir / PENDING_NAME
+    left = _take_pending(marker)  # a run that ended without `promote` (it crashed, was killed)
+    if left is not None:
+        left.unlink(missing_ok=True)
     if archive.is_file():
-        _drop_pending(marker)
         return (f"-XX:SharedArchiveFile={archive}", _QUIET)
-    _drop_pending(marker)  # a run that ended without `promote` (it crashed, or was killed)
     pending = archive.with_name(f"{archive.name}.{os.getpid()}.{os.urandom(4).hex()}.part")
     marker.write_text(f"{pending}\n")
     return (f"-XX:ArchiveClassesAtExit={pending}", _QUIET)
@@ -63,13 +64,8 @@ def promote(kafka_dir: Path, clean_exit: bool) -> Path | None:
     Only after a clean exit: a JVM killed while it wrote the file leaves it cut short, and that
     file is removed instead. Returns the archive, when one was moved into place.
     """
-    marker = kafka_dir / PENDING_NAME
-    try:
-        pending = Path(marker.read_text().strip())
-    except FileNotFoundError:
-        return None
-    marker.unlink(missing_ok=True)
-    if not pending.name.endswith(".part") or not pending.is_file():
+    pending = _take_pending(kafka_dir / PENDING_NAME)
+    if pending is None or not pending.is_file():
         return None
     if not clean_exit or pending.stat().st_size == 0:
         pending.unlink(missing_ok=True)
@@ -79,11 +75,11 @@ def promote(kafka_dir: Path, clean_exit: bool) -> Path | None:
     return archive
 
 
-def _drop_pending(marker: Path) -> None:
+def _take_pending(marker: Path) -> Path | None:
+    """The archive file a run named in ``marker``, which is removed; None without one."""
     try:
         pending = Path(marker.read_text().strip())
     except FileNotFoundError:
-        return
-    if pending.name.endswith(".part"):
-        pending.unlink(missing_ok=True)
+        return None
     marker.unlink(missing_ok=True)
+    return pending if pending.name.endswith(".part") else None
