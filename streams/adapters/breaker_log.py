@@ -7,7 +7,8 @@ origin is open knows it before its dispatcher sends anything. `propose` writes a
 takes effect, here as everywhere, only when it is read back and applied. ``on_apply`` is called
 on the reader thread with each record taken.
 
-The reader waits at most ``fetch.wait.max.ms`` (20 ms) for new records and the producer lingers
+The broker answers the reader's fetch as soon as a record is there (``fetch.min.bytes`` 1;
+its wait, `FOLLOW_FETCH_WAIT_MS`, only paces a quiet reader's asks) and the producer lingers
 1 ms, so a transition written by one worker is applied by the others within tens of
 milliseconds on a healthy cluster. The producer is made, and has the topic's metadata and a
 broker connection, before the view is ready: made on the first trip instead, it spent some
@@ -25,7 +26,12 @@ from collections.abc import Callable
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, Producer, TopicPartition
 
 from streams.adapters import codec
-from streams.adapters.kafka_clients import make_consumer, make_producer, watermarks
+from streams.adapters.kafka_clients import (
+    FOLLOW_FETCH_WAIT_MS,
+    make_consumer,
+    make_producer,
+    watermarks,
+)
 from streams.domain.fleet_breaker import BreakerRecord, FleetView
 from streams.errors import DecodeError
 from streams.settings import Settings
@@ -110,7 +116,9 @@ class BreakerLog:
 
     def _read(self) -> None:
         consumer = make_consumer(
-            self._settings, f"breakers-{uuid.uuid4().hex[:8]}", **{"fetch.wait.max.ms": 20}
+            self._settings,
+            f"breakers-{uuid.uuid4().hex[:8]}",
+            **{"fetch.wait.max.ms": FOLLOW_FETCH_WAIT_MS},
         )
         try:
             ends = {p: high for p, (low, high) in watermarks(consumer, self.topic).items()}

@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from aiokafka.partitioner import murmur2
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -36,6 +36,16 @@ class ProduceError(KafkaIOError):
 #: librdkafka's own lines ("Connect to ... failed", several a second per client while the
 #: broker is away) go through Python logging, as JSON, throttled (`streams.logging`).
 LIBRDKAFKA_LOG = logging.getLogger("librdkafka")
+
+#: The fetch wait of a consumer that follows its topics and never pauses a partition (the
+#: router, the registries, the shared breakers' reader). With ``fetch.min.bytes`` 1 the broker
+#: answers a fetch as soon as a record is there, whatever the wait, so the wait does not delay
+#: a record: it only sets how often a quiet consumer asks again, and each ask costs every broker
+#: it fetches from. At 20 ms, two idle workers kept each broker of a three-node cluster at about
+#: 55% of a core against 15% without them (docs/benchmarks.md, "Followers' fetch wait"). The
+#: dispatcher keeps the default: it pauses and resumes partitions, and a resumed partition is
+#: fetched only once the fetch in flight has returned.
+FOLLOW_FETCH_WAIT_MS: Final = 500
 
 
 def producer_config(settings: Settings, **overrides: Any) -> dict[str, Any]:

@@ -26,7 +26,13 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from streams.adapters import codec
-from streams.adapters.kafka_clients import make_consumer, produce, take, watermarks
+from streams.adapters.kafka_clients import (
+    FOLLOW_FETCH_WAIT_MS,
+    make_consumer,
+    produce,
+    take,
+    watermarks,
+)
 from streams.adapters.runtime_config import CONFIG_PREFIX, RuntimeConfig
 from streams.adapters.secretbox import SecretBox
 from streams.domain.filters import SubscriptionIndex
@@ -56,7 +62,7 @@ class CompactedTopicView(ABC):
         consumer = make_consumer(
             self._settings,
             f"registry-{uuid.uuid4().hex[:8]}",
-            **{"enable.partition.eof": False, "fetch.wait.max.ms": 100},
+            **{"enable.partition.eof": False, "fetch.wait.max.ms": FOLLOW_FETCH_WAIT_MS},
         )
         try:
             marks = watermarks(consumer, self._topic)

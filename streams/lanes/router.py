@@ -24,6 +24,7 @@ from streams.adapters import codec, stage_clock
 from streams.adapters.commits import AsyncCommitter
 from streams.adapters.ingest import decode_ingest_event
 from streams.adapters.kafka_clients import (
+    FOLLOW_FETCH_WAIT_MS,
     BatchAcks,
     coordinates,
     header,
@@ -190,7 +191,12 @@ class Router:
         """
         await self._registry.ready.wait()
         loop = asyncio.get_running_loop()
-        consumer = make_consumer(self._settings, "router", on_commit=self._committer.on_commit)
+        consumer = make_consumer(
+            self._settings,
+            "router",
+            on_commit=self._committer.on_commit,
+            **{"fetch.wait.max.ms": FOLLOW_FETCH_WAIT_MS},
+        )
         consumer.subscribe(
             [self._settings.topic("events")], on_assign=self._on_assign, on_revoke=self._on_revoke
         )
