@@ -21,7 +21,7 @@ from typing import Any
 
 from streams.adapters.kafka_admin import apply_topics
 from streams.adapters.kafka_clients import KafkaIOError
-from streams.adapters.local_kafka import LocalKafka
+from streams.adapters.local_kafka import BROKER_HEAP, LocalKafka
 from streams.adapters.secretbox import local_key
 from streams.domain.models import Subscription
 from streams.services.config import set_policy
@@ -48,6 +48,8 @@ class ClusterConfig:
     retry_schedule: str = "1s,2s,4s"
     retry_window: str = "2m"
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the broker's (or, in `chaos.replicated`, every node's) heap and JIT/GC flags
+    broker_jvm: tuple[str, ...] = BROKER_HEAP
 
 
 #: Broker ports come from below Linux's ephemeral range (32768-60999 by default): a port the
@@ -120,7 +122,11 @@ class Cluster:
             kafka_bootstrap=self.settings.kafka_bootstrap, data_dir=config.work_dir / "broker"
         )
         self.kafka = LocalKafka(
-            broker_settings, jars_dir=config.jars_dir, say=say, ready_timeout=240.0
+            broker_settings,
+            jars_dir=config.jars_dir,
+            say=say,
+            ready_timeout=240.0,
+            jvm_options=config.broker_jvm,
         )
         self.workers: list[WorkerProcess] = []
         self.subscriptions: list[Subscription] = []

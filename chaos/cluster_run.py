@@ -42,6 +42,7 @@ from chaos.recovery_scenario import TENANT, RecoveryScenario, subscribe_down
 from chaos.replicated import Faults, ReplicatedCluster
 from chaos.run import DUPLICATE_TARGET, TICK_S
 from streams.adapters.lag import LagReader
+from streams.adapters.local_kafka import BROKER_HEAP
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -69,6 +70,7 @@ class ClusterChaosConfig:
     drain_timeout_s: float = 900.0
     kafka_port: int = 0  # 0: any free port; the nodes take six from there
     recovery: bool = False  # the recovery scenario (`chaos.recovery_scenario`)
+    broker_jvm: tuple[str, ...] = BROKER_HEAP  # the nodes' heap and JIT/GC flags
 
     def __post_init__(self) -> None:
         if not self.failover_restore and (
@@ -166,6 +168,7 @@ def run_cluster_chaos(config: ClusterChaosConfig) -> dict[str, Any]:
         jars_dir=config.jars_dir,
         kafka_port=port,
         workers=config.workers,
+        broker_jvm=config.broker_jvm,
     )
     rng = random.Random(config.seed)
     # a worker that dies of a signal leaves the Python stack of every thread in its log

@@ -55,7 +55,12 @@ class ReplicatedCluster(Cluster):
             kafka_bootstrap=f"127.0.0.1:{config.kafka_port}", data_dir=config.work_dir / "broker"
         )
         self.brokers = LocalCluster(
-            broker_settings, BROKERS, jars_dir=config.jars_dir, say=say, ready_timeout=300.0
+            broker_settings,
+            BROKERS,
+            jars_dir=config.jars_dir,
+            say=say,
+            ready_timeout=300.0,
+            jvm_options=config.broker_jvm,
         )
         topics = write_replicated_topics(
             self.settings.topics_file, config.work_dir / "topics-replicated.yaml"

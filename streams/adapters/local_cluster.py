@@ -37,6 +37,7 @@ import yaml
 from streams.adapters.kafka_jars import require_tool
 from streams.adapters.local_kafka import (
     _TOOL_HEAP,
+    BROKER_HEAP,
     Endpoint,
     LocalKafka,
     StopResult,
@@ -142,6 +143,7 @@ class ClusterNode(LocalKafka):
             say=cluster.say,
             ready_timeout=cluster.ready_timeout,
             stop_timeout=cluster.stop_timeout,
+            jvm_options=cluster.jvm_options,
         )
         self.cluster = cluster
         self.node_id = node_id
@@ -224,7 +226,9 @@ class LocalCluster:
         say: Callable[[str], None] | None = None,
         ready_timeout: float = 240.0,
         stop_timeout: float = 60.0,
+        jvm_options: tuple[str, ...] = BROKER_HEAP,
     ) -> None:
+        """``jvm_options``: every node's heap and JIT/GC flags (`LocalKafka`'s)."""
         self.endpoints = cluster_endpoints(settings.kafka_bootstrap, brokers)
         self.bootstrap = ",".join(e.address() for e in self.endpoints)
         self.replication = min(REPLICATION, brokers)
@@ -234,6 +238,7 @@ class LocalCluster:
         self.say = say or (lambda _message: None)
         self.ready_timeout = ready_timeout
         self.stop_timeout = stop_timeout
+        self.jvm_options = jvm_options
         self.nodes = {
             index: ClusterNode(
                 self,

@@ -282,6 +282,11 @@ class LocalKafka:
         answering = accepts_connections(self.endpoint) and metadata_answers(self.bootstrap, 5.0)
         return KafkaStatus(pid is not None, pid, self.bootstrap, answering, self.log_path)
 
+    @property
+    def jvm_options(self) -> tuple[str, ...]:
+        """The broker's heap and JIT/GC flags (its class archive's flags come on top)."""
+        return self._jvm_options
+
     def running_pid(self) -> int | None:
         """The pid of this data dir's broker if it is alive; a stale pid file is removed."""
         try:

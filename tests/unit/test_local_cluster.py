@@ -9,6 +9,7 @@ cluster.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +18,17 @@ from click.testing import CliRunner
 
 from bench import summary
 from chaos.audit import Recorded, audit, expected_pairs
+from chaos.cluster import ClusterConfig
 from chaos.cluster_run import verdict
 from chaos.cluster_summary import ENTRY_ID, cluster_entry
+from chaos.replicated import ReplicatedCluster
 from streams.adapters.kafka_admin import load_topology
 from streams.adapters.local_cluster import (
     cluster_endpoints,
     render_node_properties,
     write_replicated_topics,
 )
-from streams.adapters.local_kafka import Endpoint
+from streams.adapters.local_kafka import BROKER_HEAP, Endpoint
 from streams.app import changelog_replication
 from streams.cli.main import cli
 from streams.domain.models import Event, Subscription
@@ -54,6 +57,20 @@ def test_X2_each_node_has_its_own_ports_and_the_static_quorum_of_three_voters() 
     assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:39102"
     assert props["log.dirs"] == "/data/node2"
     assert props["process.roles"] == "broker,controller"
+
+
+def test_Q1_every_node_of_a_chaos_cluster_runs_with_the_runs_jvm_flags(tmp_path: Path) -> None:
+    """The cluster test runs its nodes' JIT at C1 (`BROKER_JVM` in test_cluster.py): the flags
+    given to the chaos run reach every node, and by default a node runs as the dev broker."""
+    flags = ("-Xms64m", "-Xmx128m", "-XX:TieredStopAtLevel=1")
+    base = ClusterConfig(work_dir=tmp_path / "a", jars_dir=tmp_path / "jars", kafka_port=39200)
+    tuned = replace(base, work_dir=tmp_path / "b", broker_jvm=flags)
+
+    nodes = ReplicatedCluster(tuned, say=lambda _m: None).brokers.nodes.values()
+    default = ReplicatedCluster(base, say=lambda _m: None).brokers.nodes.values()
+
+    assert [node.jvm_options for node in nodes] == [flags] * 3
+    assert [node.jvm_options for node in default] == [BROKER_HEAP] * 3
 
 
 def test_D1_the_cluster_replicates_three_ways_and_requires_two_in_sync() -> None:
