@@ -3,11 +3,11 @@ arbitrary text and the whole Avro long range (Q5). Shared by the codec and inges
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
 from hypothesis import strategies as st
+from msgspec import structs
 
 from streams.domain.models import (
     AnalyticsDigest,
@@ -175,7 +175,7 @@ record_classes = pytest.mark.parametrize("cls", list(RECORDS), ids=lambda c: c._
 
 def sample_event(**changes: Any) -> Event:
     base = Event("evt_1", "acme", "invoice.paid", NOW, '{"amount":5}', NOW + 1)
-    return dataclasses.replace(base, **changes)
+    return structs.replace(base, **changes)
 
 
 def sample_attempt() -> Attempt:

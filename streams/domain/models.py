@@ -1,14 +1,26 @@
-"""The records that flow through hookstream's topics, as plain frozen dataclasses.
+"""The records that flow through hookstream's topics, as plain frozen records.
 
 Each has an Avro schema of the same name in ``schemas/`` (see ``streams.adapters.codec``).
 Times are integer milliseconds since the Unix epoch unless a name says otherwise. Event data is
 kept as the producer's JSON text (``data_json``) so the hot path never re-parses it.
+
+The four records built for every delivery (`Event`, `Delivery`, `Attempt`, `HealthOutcome`)
+are frozen `msgspec.Struct`s, the rest frozen dataclasses. A frozen dataclass's ``__init__``
+sets each field through ``object.__setattr__``: an `Attempt` (18 fields, by keyword, as
+`streams.domain.settle` builds it) took 4.4 µs to build against 0.76 µs as a Struct and 0.93
+as a mutable dataclass (`timeit`, 2026-12-07), and the worker builds about six of these per
+delivery. The Structs are also left out of the garbage collector (``gc=False``: they hold only
+strings, numbers, enums and each other, so they can form no cycle), so the collector has fewer
+objects to walk. Change one with `msgspec.structs.replace`, read its fields with
+``__struct_fields__`` (`streams.plain.plain` does).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+import msgspec
 
 
 class OutcomeClass(StrEnum):
@@ -62,8 +74,7 @@ class Lane(StrEnum):
     TEST = "test"
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(msgspec.Struct, frozen=True, gc=False):
     """An accepted event, as archived (normalised)."""
 
     id: str
@@ -103,8 +114,7 @@ class Subscription:
     suspended_at: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(msgspec.Struct, frozen=True, gc=False):
     """One (event, subscription) pair on its way: the value on routed, backfill and retry.*."""
 
     delivery_id: str  # the idempotency key (D2)
@@ -118,8 +128,7 @@ class Delivery:
     due_at: int = 0  # not before this time, ms (retry tiers)
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
+class Attempt(msgspec.Struct, frozen=True, gc=False):
     """One HTTP attempt, in the attempt ledger (D7)."""
 
     delivery_id: str
@@ -180,8 +189,7 @@ class DeadLetter:
     first_attempt_at: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class HealthOutcome:
+class HealthOutcome(msgspec.Struct, frozen=True, gc=False):
     """The terminal outcome of one delivery, counted once (D10)."""
 
     subscription_id: str

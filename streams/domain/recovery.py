@@ -14,11 +14,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 import orjson
+from msgspec import structs
 
 from streams.domain.filters import matches
 from streams.domain.models import (
@@ -182,7 +183,7 @@ def from_letter(letter: DeadLetter, lane: Lane, now_ms: int) -> Delivery:
     """A dead letter's delivery sent again: same key and lifetime attempt count (D2, D7), and
     a fresh retry window (its first attempt of this replay starts it again)."""
     assert letter.delivery is not None
-    return replace(
+    return structs.replace(
         letter.delivery,
         attempt=max(letter.delivery.attempt, letter.attempts + 1),
         lane=lane,

@@ -9,8 +9,9 @@ or a terminal/exhausted failure, never a retryable attempt that will be retried.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import NamedTuple
+
+from msgspec import structs
 
 from streams.domain.backoff import RetryPolicy, plan_retry
 from streams.domain.breaker import origin_of
@@ -133,14 +134,16 @@ def settle(
             ),
         )
         if not decision.exhausted and decision.tier is not None and decision.due_at_ms is not None:
-            retry = replace(
+            retry = structs.replace(
                 delivery,
                 attempt=delivery.attempt + 1,
                 lane=Lane.RETRY,
                 first_attempt_at=first_attempt_at,
                 due_at=decision.due_at_ms,
             )
-            attempt = replace(base, state=DeliveryState.ERROR, next_retry_at=decision.due_at_ms)
+            attempt = structs.replace(
+                base, state=DeliveryState.ERROR, next_retry_at=decision.due_at_ms
+            )
             return Settlement(attempt=attempt, retry=retry, retry_tier=decision.tier)
         state, reason = DeliveryState.EXHAUSTED, f"exhausted:{verdict.reason}"
     else:
@@ -158,7 +161,7 @@ def settle(
         response_excerpt=excerpt,
         first_attempt_at=first_attempt_at,
     )
-    attempt = replace(base, state=state)
+    attempt = structs.replace(base, state=state)
     if delivery.lane in _NO_RETRY_LANES:
         return Settlement(attempt=attempt)  # probes and tests answer their caller instead
     return Settlement(attempt=attempt, dead_letter=dead, health=health(verdict.outcome))

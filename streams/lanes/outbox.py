@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Final
 
 import orjson
 from confluent_kafka import Producer
+from msgspec import structs
 
 from streams import metrics
 from streams.adapters import codec
@@ -130,7 +131,7 @@ class Outbox:
         for index, (delay, _topic) in enumerate(self._tiers):
             if (1 - jitter) * delay <= wait_s:
                 tier = index
-        deferred = replace(delivery, due_at=due_at_ms)
+        deferred = structs.replace(delivery, due_at=due_at_ms)
         self._to_tier(self._tiers[tier][1], delivery.subscription_id, codec.encode(deferred))
 
     def _to_tier(self, topic: str, key: str, value: bytes) -> None:

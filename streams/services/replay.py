@@ -10,11 +10,12 @@ only: a suspended or disabled one is refused with a 409 that names its status.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
+
+from msgspec import structs
 
 from streams.adapters import codec
 from streams.adapters.archive_reader import ArchiveReader
@@ -84,7 +85,7 @@ async def replay_delivery(
             _find_event, settings, found["tenant_id"], last["event_id"], last["published_at"]
         )
         delivery = rules.redelivery(key, sub, event, Lane.REPLAY, attempts + 1, now_ms)
-    delivery = dataclasses.replace(delivery, attempt=max(delivery.attempt, attempts + 1))
+    delivery = structs.replace(delivery, attempt=max(delivery.attempt, attempts + 1))
     await asyncio.to_thread(_send_now, settings, sub.id, delivery)
     return {
         "delivery_id": key,

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import replace
 
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
+from msgspec import structs
 
 from streams.adapters import codec
 from streams.adapters.kafka_clients import make_producer
@@ -65,7 +65,7 @@ async def test_q1_copies_of_delivered_deliveries_are_not_sent_again(
         await h.pipeline.start()
         await h.pipeline.wait_ready(60)
         await asyncio.to_thread(_produce, settings, originals)
-        replayed = replace(codec.decode(Delivery, originals[0][1]), lane=Lane.REPLAY)
+        replayed = structs.replace(codec.decode(Delivery, originals[0][1]), lane=Lane.REPLAY)
         await asyncio.to_thread(_produce, settings, [(originals[0][0], codec.encode(replayed))])
         # the replay is behind the 20 copies on the same partition: once it has arrived,
         # the copies have been settled

@@ -10,12 +10,12 @@ backfill runner, the dispatcher, and a real receiver.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Callable
 
 import orjson
 import pytest
+from msgspec import structs
 
 from streams.adapters import codec
 from streams.adapters.kafka_clients import make_producer, produce
@@ -64,12 +64,12 @@ def _history(sub: Subscription, delivery: Delivery, now_ms: int) -> tuple[list[b
     ]
     parked = DeadLetter(
         reason="disabled", dead_at=now_ms - 50_000, tenant_id=sub.tenant_id,
-        subscription_id=sub.id, delivery=dataclasses.replace(delivery, attempt=4),
+        subscription_id=sub.id, delivery=structs.replace(delivery, attempt=4),
         attempts=3,
     )  # fmt: skip
     exhausted = DeadLetter(
         reason="exhausted:http_503", dead_at=now_ms - 40_000, tenant_id=sub.tenant_id,
-        subscription_id=sub.id, delivery=dataclasses.replace(delivery, attempt=4),
+        subscription_id=sub.id, delivery=structs.replace(delivery, attempt=4),
         attempts=4, last_status=503,
     )  # fmt: skip
     return attempts, [codec.encode(parked), codec.encode(exhausted)]

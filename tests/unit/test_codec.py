@@ -12,10 +12,12 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from hypothesis import given
 from hypothesis import strategies as st
+from msgspec import structs
 
 from streams.adapters import avro_hand, codec
 from streams.domain.models import (
@@ -88,26 +90,50 @@ def nested(schema: dict[str, Any], field: str) -> dict[str, Any]:
     return found
 
 
+def model_fields(cls: type[Any]) -> list[tuple[str, Any]]:
+    """Each field of a record class, dataclass or Struct, with its default (`_NONE` if none)."""
+    if dataclasses.is_dataclass(cls):
+        return [
+            (
+                f.name,
+                f.default
+                if f.default is not dataclasses.MISSING
+                else f.default_factory()
+                if f.default_factory is not dataclasses.MISSING
+                else _NONE,
+            )
+            for f in dataclasses.fields(cls)
+        ]
+    return [
+        (
+            f.name,
+            f.default
+            if f.default is not msgspec.NODEFAULT
+            else f.default_factory()
+            if f.default_factory is not msgspec.NODEFAULT
+            else _NONE,
+        )
+        for f in structs.fields(cls)
+    ]
+
+
+_NONE = object()
+
+
 @record_classes
 def test_s4_every_record_has_a_schema_with_matching_fields(cls: type[Any]) -> None:
     schema = raw_schema(cls)
     assert schema["namespace"] == "io.hookstream"
     assert schema["name"] == cls.__name__
-    assert [f["name"] for f in schema["fields"]] == [f.name for f in dataclasses.fields(cls)]
+    assert [f["name"] for f in schema["fields"]] == [name for name, _ in model_fields(cls)]
     assert schema["doc"]
     assert all(f.get("doc") for f in record_fields(schema)), "every field documents itself"
 
 
 @record_classes
 def test_s4_defaults_match_the_model(cls: type[Any]) -> None:
-    for avro_field, model_field in zip(
-        raw_schema(cls)["fields"], dataclasses.fields(cls), strict=True
-    ):
-        if model_field.default is not dataclasses.MISSING:
-            expected = model_field.default
-        elif model_field.default_factory is not dataclasses.MISSING:
-            expected = model_field.default_factory()
-        else:
+    for avro_field, (_, expected) in zip(raw_schema(cls)["fields"], model_fields(cls), strict=True):
+        if expected is _NONE:
             assert "default" not in avro_field, avro_field["name"]
             continue
         if isinstance(avro_field["type"], list):
@@ -188,8 +214,8 @@ def test_q5_round_trip(cls: type[Any], data: st.DataObject) -> None:
     assert encoded.startswith(codec.schema_for(cls).header)
     decoded = codec.decode(cls, encoded)
     assert decoded == record
-    for item in dataclasses.fields(cls):
-        assert type(getattr(decoded, item.name)) is type(getattr(record, item.name)), item.name
+    for name, _ in model_fields(cls):
+        assert type(getattr(decoded, name)) is type(getattr(record, name)), name
 
 
 @given(any_record)

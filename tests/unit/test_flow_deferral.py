@@ -12,6 +12,7 @@ from itertools import pairwise
 
 from hypothesis import given
 from hypothesis import strategies as st
+from msgspec import structs
 
 from streams.domain.models import Delivery, Event, Secret, Subscription
 from streams.domain.ratelimit import deferred_due, rate_raised, released_by_raise
@@ -95,7 +96,7 @@ async def test_f1_new_deliveries_queue_behind_the_deferred_ones_returning_ones_g
     control.submit(TP, 200, _delivery(sub, 200), sub)
     assert deferrals.due_ms["dlv_200"] == last_due + 20
     # ... while the deferred one, back at its due time, takes its turn in memory
-    returning = replace(_delivery(sub, 100), due_at=last_due)
+    returning = structs.replace(_delivery(sub, 100), due_at=last_due)
     control.submit(TP, 300, returning, sub)
     assert control.queued == 1
     await control.drain(0.1)
