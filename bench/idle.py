@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = [key for key in runs[0] if all(key in run for run in runs)]
     medians = {key: statistics.median(run[key] for run in runs) for key in keys}
     result: dict[str, Any] = {
-        "scenario": f"rate {args.rate:g}/s" if args.rate else "idle",
+        "scenario": f"rate-{args.rate:g}" if args.rate else "idle",
         "machine": machine("bench.idle"),
         "load_before": load_before,
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
