@@ -93,27 +93,16 @@ def nested(schema: dict[str, Any], field: str) -> dict[str, Any]:
 def model_fields(cls: type[Any]) -> list[tuple[str, Any]]:
     """Each field of a record class, dataclass or Struct, with its default (`_NONE` if none)."""
     if dataclasses.is_dataclass(cls):
-        return [
-            (
-                f.name,
-                f.default
-                if f.default is not dataclasses.MISSING
-                else f.default_factory()
-                if f.default_factory is not dataclasses.MISSING
-                else _NONE,
-            )
-            for f in dataclasses.fields(cls)
+        missing: Any = dataclasses.MISSING
+        found: list[tuple[str, Any, Any]] = [
+            (f.name, f.default, f.default_factory) for f in dataclasses.fields(cls)
         ]
+    else:
+        missing = msgspec.NODEFAULT
+        found = [(f.name, f.default, f.default_factory) for f in structs.fields(cls)]
     return [
-        (
-            f.name,
-            f.default
-            if f.default is not msgspec.NODEFAULT
-            else f.default_factory()
-            if f.default_factory is not msgspec.NODEFAULT
-            else _NONE,
-        )
-        for f in structs.fields(cls)
+        (name, default if default is not missing else _NONE if make is missing else make())
+        for name, default, make in found
     ]
 
 
