@@ -13,9 +13,9 @@ the broker at ``--bootstrap``, lets it settle for ``--settle`` seconds after its
 went through, then reads the worker's threads from /proc over ``--seconds``: the process' % of
 one core, and that split into the event loop (the main thread), librdkafka's threads
 (``rdk:*``) and the other threads (Faust's consumer thread, the lanes' read threads, the ledger
-reader, RocksDB's). Figures are medians over runs. Writes ``bench/results/idle-<time>.json``;
-no requirement names an idle figure, so there is no summary.json entry (docs/benchmarks.md
-cites the file).
+reader, RocksDB's). Figures are medians over runs. Writes ``bench/results/idle-<time>.json``
+(``rate-<R>-<time>.json`` with ``--rate R``); no requirement names an idle figure, so there is
+no summary.json entry (docs/benchmarks.md cites the file).
 
 ``--rate R`` publishes R events a second through the measured window instead (P2's publisher,
 `bench.latency.latency_phase`, after ``--settle`` seconds and a 3 s warm-up at the same rate),
