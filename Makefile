@@ -4,6 +4,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# `make test` runs the suite on two pytest-xdist workers: it mostly waits on brokers, workers and
+# receivers (about 0.4 of a core serially), and each test owns its topics, groups, ports and data
+# dirs. The heaviest files share one worker (tests/conftest.py). `make test PYTEST_PARALLEL=`
+# runs it serially.
+PYTEST_PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 
 .DEFAULT_GOAL := help
 
@@ -41,9 +46,9 @@ check: install ## Lint, format check and mypy --strict
 
 test: install ## Run every test against the real local Kafka (started, then stopped, if none answers)
 	@if $(BIN)/hookstream kafka status | grep -q '^metadata answers: yes'; then \
-		$(BIN)/pytest; \
+		$(BIN)/pytest $(PYTEST_PARALLEL); \
 	else \
-		$(BIN)/hookstream kafka start && { $(BIN)/pytest; rc=$$?; \
+		$(BIN)/hookstream kafka start && { $(BIN)/pytest $(PYTEST_PARALLEL); rc=$$?; \
 		echo "stopping the Kafka that make test started"; $(BIN)/hookstream kafka stop; exit $$rc; }; \
 	fi
 
