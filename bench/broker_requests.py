@@ -42,6 +42,7 @@ class BrokerRequests:
             raise RuntimeError("`java` is not on PATH: the broker's request counts need it")
         self.samples: list[tuple[float, dict[str, int]]] = []  # (Unix s, kind -> count)
         self.error = ""
+        self._first = threading.Event()  # set at the first sample, or when the probe ends
         self._process = subprocess.Popen(
             [java, str(PROBE), str(broker_pid), str(SAMPLE_MS)],
             stdout=subprocess.PIPE,
@@ -58,9 +59,18 @@ class BrokerRequests:
             if line.startswith("{"):
                 sample = json.loads(line)
                 self.samples.append((sample["t"] / 1000, sample["requests"]))
+                self._first.set()
         if self._process.stderr is not None:  # the probe ended: keep why, for the run's log
             lines = self._process.stderr.read().strip().splitlines()
             self.error = lines[0] if lines else ""
+        self._first.set()
+
+    def wait_first(self, timeout_s: float) -> bool:
+        """Wait until the probe has sampled once (or ended); whether it has sampled. Its JVM
+        compiles the probe's source first: about 2 s on an idle box, many more on a busy one
+        (beside a three-broker test in CI), longer than a short run's window."""
+        self._first.wait(timeout_s)
+        return bool(self.samples)
 
     def per_second(self, start: float, end: float) -> dict[str, float]:
         """Each request kind's rate between two wall-clock times (requests/s), from the first
@@ -75,6 +85,9 @@ class BrokerRequests:
             self._process.kill()
             self._process.wait(5)
         self._thread.join(5)
+        for pipe in (self._process.stdout, self._process.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def rates(

@@ -44,6 +44,8 @@ from streams.settings import Settings, load_settings
 REPO = Path(__file__).resolve().parent.parent
 TENANT = "bench"
 EVENT_TYPE = "order.created"
+#: How long a run waits, once its worker is ready, for the broker's request probe to sample.
+PROBE_WAIT_S = 60.0
 JSON_HEADERS: list[tuple[str, str | bytes | None]] = [("content-type", b"application/json")]
 # Makes the delivered envelope about 1 KB, like the HTTP client benchmark's body.
 _PAD = "x" * 880
@@ -146,6 +148,9 @@ class Rig:
             if broker_pid is not None and self.config.broker_requests:
                 self.requests = BrokerRequests(broker_pid)
             self._wait_ready()
+            if self.requests is not None and not self.requests.wait_first(PROBE_WAIT_S):
+                why = self.requests.error or f"no sample within {PROBE_WAIT_S:.0f} s"
+                print(f"the broker's requests are not counted: {why}", file=sys.stderr, flush=True)
             self.ready_s = time.monotonic() - began
         except BaseException:
             self.__exit__()

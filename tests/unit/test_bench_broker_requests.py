@@ -3,7 +3,10 @@ over JMX become requests per second over a run's window, then per delivery."""
 
 from __future__ import annotations
 
-from bench.broker_requests import figures, per_delivery, rates
+import time
+from pathlib import Path
+
+from bench.broker_requests import BrokerRequests, figures, per_delivery, rates
 
 SAMPLES = [
     (99.5, {"Produce": 10, "Fetch": 20, "FetchConsumer": 20}),
@@ -45,3 +48,37 @@ def test_p2_a_run_carries_all_produce_and_fetch_requests_per_delivery() -> None:
         "broker_fetch_requests_per_delivery": 0.2,
     }
     assert set(figures({}).values()) == {None}
+
+
+def _probe(tmp_path: Path, body: str) -> str:
+    """A stand-in for `java BrokerRequests.java <pid> <ms>`: a script run with the same args."""
+    script = tmp_path / "java"
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_p2_a_run_waits_for_the_probes_first_sample(tmp_path: Path) -> None:
+    # the probe's JVM compiles its source before it samples: seconds on a busy box
+    line = '{"t":1000,"requests":{"Produce":5}}'
+    java = _probe(tmp_path, f"sleep 0.5\necho '{line}'\nexec sleep 30\n")
+    probe = BrokerRequests(1, java=java)
+    try:
+        began = time.monotonic()
+        assert probe.wait_first(20.0)
+        assert time.monotonic() - began >= 0.4
+        assert probe.samples == [(1.0, {"Produce": 5})]
+    finally:
+        probe.stop()
+
+
+def test_p2_a_probe_that_cannot_attach_ends_the_wait_with_its_reason(tmp_path: Path) -> None:
+    java = _probe(tmp_path, "echo 'AttachNotSupportedException: no such process' >&2\nexit 1\n")
+    probe = BrokerRequests(1, java=java)
+    try:
+        began = time.monotonic()
+        assert not probe.wait_first(20.0)
+        assert time.monotonic() - began < 10.0  # the wait ends when the probe does
+        assert probe.error == "AttachNotSupportedException: no such process"
+    finally:
+        probe.stop()
