@@ -12,7 +12,8 @@ the broker to be a local process of the same user (the bench's own broker always
 Trade-offs: a sample every `SAMPLE_MS` costs the broker one JMX query of a few dozen meters;
 the probe's own JVM took 1.7 s of CPU to start (compiling its source) and then 0.85% of a core,
 which the box's CPU figure includes (measured beside the development broker, 2026-12-06); it
-starts with the rig, before the worker is ready, so its start-up is outside every window. A JVM
+starts with the rig, before the worker is ready, and the rig waits for its first sample
+(`wait_first`) before any window, so its start-up is outside every window. A JVM
 that cannot be attached (another user's broker, a remote one)
 leaves the figures out, and the run says so, rather than failing the run.
 """
