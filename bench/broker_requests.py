@@ -68,8 +68,9 @@ class BrokerRequests:
 
     def wait_first(self, timeout_s: float) -> bool:
         """Wait until the probe has sampled once (or ended); whether it has sampled. Its JVM
-        compiles the probe's source first: about 2 s on an idle box, many more on a busy one
-        (beside a three-broker test in CI), longer than a short run's window."""
+        compiles the probe's source first: 1.5 s to the first sample on an idle box, 5.5 s with
+        six busy loops on it, more beside a three-broker test in CI: longer than a short run's
+        window."""
         self._first.wait(timeout_s)
         return bool(self.samples)
 
