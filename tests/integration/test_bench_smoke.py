@@ -81,14 +81,16 @@ def test_bench_smoke_produces_results(kafka_bootstrap: str, tmp_path: Path) -> N
     if local_broker_running():
         assert _positive(latency["broker_us_per_delivery"])
         # the broker's requests by kind over the same window, read over JMX (P2): both sides
-        # produce and fetch, and hookstream's worker writes three records a delivery (archive,
-        # routed, attempts) where the floor writes one, each its own produce request
+        # produce and fetch
         for side in (latency, floor):
             assert _positive(side["broker_produce_requests_per_delivery"])
             assert _positive(side["broker_fetch_requests_per_delivery"])
             assert side["broker_requests_per_delivery"] == side["broker_requests"]["total"]
-        produce = "broker_produce_requests_per_delivery"
-        assert latency[produce] > floor[produce]
+        # No comparison between the sides (hookstream writes three records a delivery, the
+        # floor one): the probe counts the whole broker's requests, and under `make test` the
+        # other pytest worker's tests share this broker, so either side's count can carry their
+        # traffic (CI saw hookstream's side at 1.3 produce requests per delivery and the floor's
+        # at 2.0). `make bench` runs on a broker of its own (--own-broker).
     # the worker's event-loop lag over the same window, a sample every 50 ms (O1)
     lag = latency["worker_loop_lag"]
     assert lag["count"] > 0
