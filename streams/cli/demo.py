@@ -56,6 +56,10 @@ def demo(per_type: int, keep_kafka: bool, keep_worker: bool, as_json: bool, scen
         # a demo that did not do what it shows must not look like one that did
         for line in shortfalls:
             click.echo(f"demo incomplete: {line}", err=True)
+        if summary.worker_notes:
+            click.echo(f"the worker's warnings and errors ({summary.worker_log}):", err=True)
+            for line in summary.worker_notes:
+                click.echo(f"  {line}", err=True)
         raise SystemExit(1)
 
 

@@ -13,7 +13,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -21,7 +21,13 @@ from streams.adapters.kafka_admin import apply_topics
 from streams.adapters.local_kafka import LocalKafka
 from streams.adapters.secretbox import KEY_FILE, local_key
 from streams.demo.receivers import DemoReceivers, Endpoint
-from streams.demo.state import reset_demo_state, start_worker, worker_dir
+from streams.demo.state import (
+    notable_log_lines,
+    reset_demo_state,
+    start_worker,
+    worker_dir,
+    worker_log,
+)
 from streams.domain.models import Event, SubscriptionStatus
 from streams.services.audit import list_dead_letters
 from streams.services.config import set_policy
@@ -76,6 +82,9 @@ class Summary:
     seconds: float
     settled: bool
     portal_link: str | None = None  # the signed link of the suspension notice (U1)
+    worker_log: str | None = None  # the worker's log file
+    # when the demo fell short: the worker log's warnings, errors and group joins, to say why
+    worker_notes: list[str] = field(default_factory=list)
 
     def shortfalls(self) -> list[str]:
         """What the scenario promised and did not happen; empty when the demo worked."""
@@ -239,7 +248,7 @@ async def run_demo(
             notices.secret = sub.secrets[0].value  # notices are signed with its secret
         say(f"subscription {sub.id}: {pattern:<10} -> {sub.url}")
     worker = start_worker(settings)
-    log_path = settings.data_dir / f"{settings.group_id}-worker.log"
+    log_path = worker_log(settings)
     say(f"worker started (pid {worker.pid}); log in {log_path}")
     try:
         run_id = uuid.uuid4().hex[:8]
@@ -264,7 +273,10 @@ async def run_demo(
             seconds=time.monotonic() - began,
             settled=settled,
             portal_link=_portal_link(notices.bodies),
+            worker_log=str(log_path),
         )
+        if summary.shortfalls():
+            summary.worker_notes = await asyncio.to_thread(notable_log_lines, log_path)
         if keep_worker and not summary.shortfalls():
             if show is not None:
                 show(summary)

@@ -6,6 +6,7 @@ deletes the previous one's topics, consumer groups and tables (`reset_demo_state
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -118,9 +119,46 @@ def _worker_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+def worker_log(settings: Settings) -> Path:
+    """Where the demo's worker writes its log."""
+    return settings.data_dir / f"{settings.group_id}-worker.log"
+
+
+#: Worker log lines worth showing when a demo falls short: warnings and errors, and the
+#: consumer group's joins (a rebalance in the middle of a demo shows as a second one).
+_NOTABLE_LEVELS = frozenset({"WARNING", "ERROR", "CRITICAL"})
+
+
+def notable_log_lines(path: Path, limit: int = 25) -> list[str]:
+    """The last ``limit`` notable lines of a worker's JSON log, as ``time level logger: msg``;
+    a line that is not JSON (a traceback's, a library's raw output) is kept as it is."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return [f"(the worker's log {path} could not be read: {exc.strerror})"]
+    notable = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            if line.strip():
+                notable.append(line)
+            continue
+        if not isinstance(entry, dict):
+            continue
+        msg = str(entry.get("msg", ""))
+        if entry.get("level") in _NOTABLE_LEVELS or msg.startswith("Joined group"):
+            extra = {k: v for k, v in entry.items() if k not in ("ts", "level", "logger", "msg")}
+            tail = f" {json.dumps(extra)}" if extra else ""
+            notable.append(
+                f"{entry.get('ts')} {entry.get('level')} {entry.get('logger')}: {msg}{tail}"
+            )
+    return notable[-limit:]
+
+
 def start_worker(settings: Settings) -> subprocess.Popen[bytes]:
     """`hookstream worker` in a child process, logging to the data dir."""
-    log_path = settings.data_dir / f"{settings.group_id}-worker.log"
+    log_path = worker_log(settings)
     worker_dir(settings).mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log_file:
         return subprocess.Popen(

@@ -8,12 +8,15 @@ a working pipeline.
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from streams.cli import demo as demo_cli
 from streams.demo.run import Summary
+from streams.demo.state import notable_log_lines
 
 COMPLETE = Summary(
     published=30,
@@ -73,3 +76,39 @@ def test_the_command_exits_zero_when_the_demo_worked(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(demo_cli, "run_demo", fake_run)
     result = CliRunner().invoke(demo_cli.demo, ["--events", "10"])
     assert result.exit_code == 0, result.output
+
+
+def test_a_short_demo_shows_the_worker_logs_warnings_and_errors(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """§1: a demo that fell short says why, from its worker's log: its warnings, errors and
+    group joins (a second join is a rebalance), not its routine lines."""
+    log = tmp_path / "worker.log"
+    joined = "Joined group 'g' (generation 2)"
+    failed = "HealthOutcome not applied"
+    lines = [
+        {"ts": "t1", "level": "INFO", "logger": "faust.worker", "msg": "[^Worker]: Starting..."},
+        {"ts": "t2", "level": "INFO", "logger": "aiokafka", "msg": joined},
+        {"ts": "t3", "level": "ERROR", "logger": "health", "msg": failed, "subscription_id": "s1"},
+    ]
+    log.write_text("\n".join(json.dumps(line) for line in lines) + "\nTraceback (most recent)\n")
+    assert notable_log_lines(log) == [
+        f"t2 INFO aiokafka: {joined}",
+        f't3 ERROR health: {failed} {{"subscription_id": "s1"}}',
+        "Traceback (most recent)",
+    ]
+    assert notable_log_lines(log, limit=1) == ["Traceback (most recent)"]
+    assert "could not be read" in notable_log_lines(tmp_path / "missing.log")[0]
+
+    short = dataclasses.replace(
+        COMPLETE, suspended={}, worker_log=str(log), worker_notes=notable_log_lines(log)
+    )
+
+    async def fake_run(per_type: int, say: object, keep: bool, **_: object) -> Summary:
+        return short
+
+    monkeypatch.setattr(demo_cli, "run_demo", fake_run)
+    result = CliRunner().invoke(demo_cli.demo, ["--events", "10"])
+    assert result.exit_code == 1
+    assert f"the worker's warnings and errors ({log}):" in result.stderr
+    assert f"  t3 ERROR health: {failed}" in result.stderr
