@@ -153,6 +153,7 @@ async def test_r3_s6_a_range_replay_continues_each_deliverys_attempt_count(
         key = delivery_id(event.id, sub.id)
         await h.publish([event])
         ledger = h.ledger()
+        await ledger.wait_ready(60)  # S6: its partitions read up (until then a read says "moving")
         deadline = time.monotonic() + 60
         while (await ledger.delivery(key)) is None:  # the first attempt, in the ledger
             assert time.monotonic() < deadline
