@@ -277,7 +277,7 @@ async def run_demo(
         )
         if summary.shortfalls():
             summary.worker_notes = await asyncio.to_thread(notable_log_lines, log_path)
-        if keep_worker and not summary.shortfalls():
+        elif keep_worker:
             if show is not None:
                 show(summary)
             await _hold_fixed(receivers, settings, say)
