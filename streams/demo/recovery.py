@@ -33,7 +33,7 @@ from streams.adapters.ssrf import guarded_transport
 from streams.agents.ledger import standalone
 from streams.demo.receivers import DemoReceivers
 from streams.demo.run import DEMO_POLICY
-from streams.demo.state import start_worker
+from streams.demo.state import start_worker, stop_worker
 from streams.domain.idempotency import delivery_id
 from streams.domain.models import Event, SubscriptionStatus
 from streams.errors import HookstreamError
@@ -147,8 +147,7 @@ async def run_scenario(settings: Settings, say: Callable[[str], None]) -> bool:
             await asyncio.wait_for(asyncio.gather(*tasks), 20)
         await transport.aclose()
         await asyncio.to_thread(ledger.close)
-        worker.terminate()
-        worker.wait(30)
+        stop_worker(settings, worker)
         await receivers.stop()
         names = [spec.full_name for spec in load_topology(settings).topics]
         await asyncio.to_thread(delete_topics, settings, names)

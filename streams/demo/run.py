@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -25,6 +24,8 @@ from streams.demo.state import (
     notable_log_lines,
     reset_demo_state,
     start_worker,
+    stop_left_worker,
+    stop_worker,
     worker_dir,
     worker_log,
 )
@@ -213,8 +214,10 @@ async def run_demo(
     kafka = LocalKafka(settings, say=say)
     started = kafka.start()
     say(f"kafka ready at {started.bootstrap} ({started.seconds:.1f}s)")
-    own_dir = worker_dir(settings)
-    await asyncio.to_thread(reset_demo_state, settings, own_dir)
+    left = await asyncio.to_thread(stop_left_worker, settings)
+    if left is not None:
+        say(f"stopped the worker (pid {left}) that an earlier demo left running")
+    await asyncio.to_thread(reset_demo_state, settings, worker_dir(settings))
     plan = apply_topics(settings)
     say(f"topics: {'created/updated' if plan.has_changes else 'up to date'} (prefix demo.)")
     receivers = DemoReceivers()
@@ -283,11 +286,7 @@ async def run_demo(
             await _hold_fixed(receivers, settings, say)
         return summary
     finally:
-        worker.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            worker.wait(30)
-        if worker.poll() is None:
-            worker.kill()
+        stop_worker(settings, worker)
         await receivers.stop()
         if not keep_running and not keep_worker and not started.already_running:
             kafka.stop()

@@ -6,9 +6,11 @@ deletes the previous one's topics, consumer groups and tables (`reset_demo_state
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -156,14 +158,78 @@ def notable_log_lines(path: Path, limit: int = 25) -> list[str]:
     return notable[-limit:]
 
 
+#: How the demo starts its worker; a process whose command line ends so is one.
+WORKER_COMMAND = ("-m", "streams.cli", "worker")
+
+
+def worker_pid_file(settings: Settings) -> Path:
+    """The demo worker's pid, kept while it runs, so that the next demo can stop a worker that a
+    demo killed with -9 (or a lost terminal) left behind."""
+    return settings.data_dir / f"{settings.group_id}-worker.pid"
+
+
 def start_worker(settings: Settings) -> subprocess.Popen[bytes]:
-    """`hookstream worker` in a child process, logging to the data dir."""
+    """`hookstream worker` in a child process, logging to the data dir; its pid is recorded."""
     log_path = worker_log(settings)
     worker_dir(settings).mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log_file:
-        return subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", "worker"],
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "streams.cli", "worker"],  # WORKER_COMMAND
             env=_worker_env(settings),
             stdout=log_file,
             stderr=subprocess.STDOUT,
         )
+    worker_pid_file(settings).write_text(f"{worker.pid}\n")
+    return worker
+
+
+def stop_worker(settings: Settings, worker: subprocess.Popen[bytes], wait_s: float = 30) -> None:
+    """Stop the demo's worker: SIGTERM, SIGKILL after ``wait_s``; then forget its pid."""
+    worker.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        worker.wait(wait_s)
+    if worker.poll() is None:
+        worker.kill()
+        worker.wait(10)
+    worker_pid_file(settings).unlink(missing_ok=True)
+
+
+def stop_left_worker(settings: Settings, wait_s: float = 30) -> int | None:
+    """Stop the worker an earlier demo left running, if its pid file names a live demo worker;
+    the pid stopped, or None. Such a worker stays in the demo's consumer groups, which the new
+    demo must delete ("The group is not empty"), and holds the API's port.
+
+    The pid is only acted on when ``/proc`` shows it runs `WORKER_COMMAND` (a reused pid is
+    left alone); where there is no ``/proc``, nothing is stopped and the group deletion's error
+    names the groups.
+    """
+    pid_file = worker_pid_file(settings)
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        argv = []
+    if tuple(argv[1:4]) != WORKER_COMMAND:
+        pid_file.unlink(missing_ok=True)
+        return None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + wait_s
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    pid_file.unlink(missing_ok=True)
+    return pid
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs: not gone, and not a zombie waiting for its (new) parent."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
