@@ -50,10 +50,12 @@ RATE = 5.0
 
 def scenario_settings() -> Settings:
     run = uuid.uuid4().hex[:6]
+    # Its names must not start with the demo's ("demo." and "hookstream-demo"): a `hookstream
+    # demo` started meanwhile deletes everything under those prefixes, groups included.
     return local_key(
         load_settings(
-            topic_prefix=f"demo-recovery-{run}.",
-            group_id=f"hookstream-demo-recovery-{run}",
+            topic_prefix=f"recovery-{run}.",
+            group_id=f"hookstream-recovery-{run}",
             retry_schedule="1s,2s",
             retry_window="1m",
             allow_private_destinations=True,
