@@ -140,7 +140,8 @@ async def _wait_settled(
     total_types = sum(1 for _, _, t in ENDPOINTS.values() if t)
     want_delivered = {"healthy": per_type * total_types, "flaky": per_type}
     want_dead = per_type * 2  # broken (exhausted) and gone (404)
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
+    deadline = start + timeout_s
     dead: dict[str, int] = {}
     while time.monotonic() < deadline:
         await asyncio.sleep(2)
@@ -150,7 +151,10 @@ async def _wait_settled(
         for letter in letters:
             key = letter.reason.split(":")[0]
             dead[key] = dead.get(key, 0) + 1
-        say(f"  delivered {done}  dead-lettered {sum(dead.values())}/{want_dead}")
+        say(
+            f"  {time.monotonic() - start:3.0f}s  delivered {done}  "
+            f"dead-lettered {sum(dead.values())}/{want_dead}"
+        )
         if done == want_delivered and sum(dead.values()) >= want_dead:
             return dead, True
     return dead, False
@@ -160,7 +164,8 @@ async def _wait_suspension(
     settings: Settings, notices: Endpoint, say: Callable[[str], None], timeout_s: float = 60
 ) -> dict[str, str]:
     """Wait until the 404 endpoint is suspended and its owner's notice has arrived (H3, H5)."""
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
+    deadline = start + timeout_s
     suspended: dict[str, str] = {}
     while time.monotonic() < deadline:
         subs = await asyncio.to_thread(list_subscriptions, settings, "demo")
@@ -170,8 +175,11 @@ async def _wait_suspension(
         if suspended and any(b"endpoint.suspended" in body for body in notices.bodies):
             break
         await asyncio.sleep(1)
+    waited = time.monotonic() - start
     for sub_id, reason in suspended.items():
-        say(f"  suspended {sub_id}: {reason}")
+        say(f"  suspended {sub_id}: {reason} (seen {waited:.0f}s after the deliveries settled)")
+    if not suspended:
+        say(f"  no subscription was suspended within {timeout_s:g}s")
     return suspended
 
 
@@ -217,7 +225,12 @@ async def run_demo(
     left = await asyncio.to_thread(stop_left_worker, settings)
     if left is not None:
         say(f"stopped the worker (pid {left}) that an earlier demo left running")
+    reset_began = time.monotonic()
     await asyncio.to_thread(reset_demo_state, settings, worker_dir(settings))
+    say(
+        "the previous demo's topics, consumer groups and tables deleted "
+        f"({time.monotonic() - reset_began:.1f}s)"
+    )
     plan = apply_topics(settings)
     say(f"topics: {'created/updated' if plan.has_changes else 'up to date'} (prefix demo.)")
     receivers = DemoReceivers()
