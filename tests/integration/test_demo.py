@@ -233,3 +233,45 @@ def _kill_session(demo: subprocess.Popen[str]) -> None:
     demo's consumer groups, where the next demo test found it (CI of 2026-12-07)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(demo.pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(DEMO_MAX_S + 120)
+def test_a_demo_stops_the_worker_a_killed_demo_left_running(kafka_bootstrap: str) -> None:
+    """SPEC §1: a demo killed with -9 cannot stop its worker, which stays in the demo's consumer
+    groups; the next demo stops it (it is named in the data dir) and runs as usual, where it
+    used to fail on "The group is not empty" (CI of 2026-12-07, after a pytest timeout)."""
+    env = {**os.environ, "HOOKSTREAM_KAFKA_BOOTSTRAP": kafka_bootstrap}
+    command = [sys.executable, "-m", "streams.cli", "demo", "--events", "5", "--keep-kafka"]
+    killed = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    seen: list[str] = []
+    try:
+        assert killed.stdout is not None
+        for line in killed.stdout:
+            seen.append(line)
+            if WORKER_STARTED.search(line) is not None:
+                break
+        found = WORKER_STARTED.search("".join(seen))
+        assert found is not None, "".join(seen[-40:])
+        left = int(found.group(1))
+        killed.kill()  # the demo alone: its worker is left running
+        killed.wait(10)
+        time.sleep(1)
+        assert _running(left), "the worker went with the demo; nothing is left to test"
+        again = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            out, _ = again.communicate(timeout=DEMO_MAX_S)
+        finally:
+            _kill_session(again)
+        assert f"stopped the worker (pid {left}) that an earlier demo left running" in out, out
+        assert again.returncode == 0, out[-3000:]
+        assert not _running(left)
+    finally:
+        _kill_session(killed)
+        if killed.stdout is not None:
+            killed.stdout.close()
