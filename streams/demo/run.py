@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -84,12 +85,15 @@ class Summary:
     settled: bool
     portal_link: str | None = None  # the signed link of the suspension notice (U1)
     worker_log: str | None = None  # the worker's log file
+    worker_exit: int | None = None  # the worker's exit code, when it ended during the demo
     # when the demo fell short: the worker log's warnings, errors and group joins, to say why
     worker_notes: list[str] = field(default_factory=list)
 
     def shortfalls(self) -> list[str]:
         """What the scenario promised and did not happen; empty when the demo worked."""
         missing = []
+        if self.worker_exit is not None:
+            missing.append(f"the worker exited with code {self.worker_exit} during the demo")
         if not self.settled:
             missing.append(
                 f"deliveries did not settle: {self.delivered} delivered, "
@@ -134,16 +138,17 @@ async def _wait_settled(
     since_ms: int,
     timeout_s: float,
     say: Callable[[str], None],
+    worker: subprocess.Popen[bytes],
 ) -> tuple[dict[str, int], bool]:
     """Poll until every delivery is delivered or dead-lettered; the dead letters by reason, and
-    whether everything settled before the timeout."""
+    whether everything settled before the timeout (or the worker's end: nothing would)."""
     total_types = sum(1 for _, _, t in ENDPOINTS.values() if t)
     want_delivered = {"healthy": per_type * total_types, "flaky": per_type}
     want_dead = per_type * 2  # broken (exhausted) and gone (404)
     start = time.monotonic()
     deadline = start + timeout_s
     dead: dict[str, int] = {}
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and worker.poll() is None:
         await asyncio.sleep(2)
         done = {n: len(receivers.endpoints[n].delivered) for n in want_delivered}
         letters = await asyncio.to_thread(list_dead_letters, settings, None, None, since_ms)
@@ -161,13 +166,17 @@ async def _wait_settled(
 
 
 async def _wait_suspension(
-    settings: Settings, notices: Endpoint, say: Callable[[str], None], timeout_s: float = 60
+    settings: Settings,
+    notices: Endpoint,
+    say: Callable[[str], None],
+    worker: subprocess.Popen[bytes],
+    timeout_s: float = 60,
 ) -> dict[str, str]:
     """Wait until the 404 endpoint is suspended and its owner's notice has arrived (H3, H5)."""
     start = time.monotonic()
     deadline = start + timeout_s
     suspended: dict[str, str] = {}
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and worker.poll() is None:
         subs = await asyncio.to_thread(list_subscriptions, settings, "demo")
         suspended = {
             s.id: s.status_reason or "" for s in subs if s.status is SubscriptionStatus.SUSPENDED
@@ -178,7 +187,7 @@ async def _wait_suspension(
     waited = time.monotonic() - start
     for sub_id, reason in suspended.items():
         say(f"  suspended {sub_id}: {reason} (seen {waited:.0f}s after the deliveries settled)")
-    if not suspended:
+    if not suspended and worker.poll() is None:
         say(f"  no subscription was suspended within {timeout_s:g}s")
     return suspended
 
@@ -200,6 +209,29 @@ def _notice_line(body: bytes) -> str:
         f"{k}={data[k]}" for k in ("subscription_id", "failure_count", "last_status") if k in data
     ]
     return f"{notice.get('type')} " + " ".join(facts)
+
+
+async def _subscribe(
+    settings: Settings, receivers: DemoReceivers, notices: Endpoint, say: Callable[[str], None]
+) -> None:
+    """One subscription per receiver; the gone endpoint's owner also gets notices (H5)."""
+    for name, (_, pattern, _) in ENDPOINTS.items():
+        data = {
+            "tenant_id": "demo",
+            "name": name,
+            "url": receivers.url(name),
+            "filters": [pattern],
+            "owner_emails": [f"{name}-owner@example.com"],
+        }
+        if name == "gone":  # its owner also gets notices as a signed webhook (H5)
+            data["notify_url"] = receivers.url("notices")
+        sub = await asyncio.to_thread(
+            create_subscription, settings, data, subscription_id=f"sub_demo_{name}"
+        )
+        receivers.endpoints[name].secret = sub.secrets[0].value
+        if name == "gone":
+            notices.secret = sub.secrets[0].value  # notices are signed with its secret
+        say(f"subscription {sub.id}: {pattern:<10} -> {sub.url}")
 
 
 async def run_demo(
@@ -246,23 +278,7 @@ async def run_demo(
         "the 404 endpoint is suspended after 5 failed deliveries with no minimum age "
         "(the default asks for 1 hour)"
     )
-    for name, (_, pattern, _) in ENDPOINTS.items():
-        data = {
-            "tenant_id": "demo",
-            "name": name,
-            "url": receivers.url(name),
-            "filters": [pattern],
-            "owner_emails": [f"{name}-owner@example.com"],
-        }
-        if name == "gone":  # its owner also gets notices as a signed webhook (H5)
-            data["notify_url"] = receivers.url("notices")
-        sub = await asyncio.to_thread(
-            create_subscription, settings, data, subscription_id=f"sub_demo_{name}"
-        )
-        receivers.endpoints[name].secret = sub.secrets[0].value
-        if name == "gone":
-            notices.secret = sub.secrets[0].value  # notices are signed with its secret
-        say(f"subscription {sub.id}: {pattern:<10} -> {sub.url}")
+    await _subscribe(settings, receivers, notices, say)
     worker = start_worker(settings)
     log_path = worker_log(settings)
     say(f"worker started (pid {worker.pid}); log in {log_path}")
@@ -272,8 +288,12 @@ async def run_demo(
         events = _events(per_type, run_id)
         await asyncio.to_thread(publish_events, settings, events)
         say(f"published {len(events)} events; waiting for every delivery to settle")
-        dead, settled = await _wait_settled(settings, receivers, per_type, since_ms, 180, say)
-        suspended = await _wait_suspension(settings, notices, say)
+        dead, settled = await _wait_settled(
+            settings, receivers, per_type, since_ms, 180, say, worker
+        )
+        suspended = await _wait_suspension(settings, notices, say, worker)
+        if worker.poll() is not None:
+            say(f"the worker exited (code {worker.returncode}); its log: {log_path}")
         eps = receivers.endpoints
         summary = Summary(
             published=len(events),
@@ -290,6 +310,7 @@ async def run_demo(
             settled=settled,
             portal_link=_portal_link(notices.bodies),
             worker_log=str(log_path),
+            worker_exit=worker.poll(),
         )
         if summary.shortfalls():
             summary.worker_notes = await asyncio.to_thread(notable_log_lines, log_path)

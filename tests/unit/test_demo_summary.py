@@ -45,6 +45,7 @@ def test_a_complete_run_has_no_shortfalls() -> None:
         ({"bad_signatures": 2}, "2 bad signatures"),
         ({"suspended": {}}, "sub_demo_gone was not suspended"),
         ({"notices": ["endpoint.warning x"]}, "no endpoint.suspended notice arrived"),
+        ({"worker_exit": 1}, "the worker exited with code 1 during the demo"),
     ],
 )
 def test_each_missing_outcome_is_named(change: dict[str, object], expected: str) -> None:
