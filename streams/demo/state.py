@@ -151,6 +151,8 @@ def notable_log_lines(path: Path, limit: int = 25) -> list[str]:
         msg = str(entry.get("msg", ""))
         if entry.get("level") in _NOTABLE_LEVELS or msg.startswith("Joined group"):
             extra = {k: v for k, v in entry.items() if k not in ("ts", "level", "logger", "msg")}
+            if isinstance(extra.get("exc"), str):  # a traceback: its last line says what broke
+                extra["exc"] = extra["exc"].strip().splitlines()[-1]
             tail = f" {json.dumps(extra)}" if extra else ""
             notable.append(
                 f"{entry.get('ts')} {entry.get('level')} {entry.get('logger')}: {msg}{tail}"

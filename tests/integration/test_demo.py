@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -275,3 +276,29 @@ def test_a_demo_stops_the_worker_a_killed_demo_left_running(kafka_bootstrap: str
         _kill_session(killed)
         if killed.stdout is not None:
             killed.stdout.close()
+
+
+@pytest.mark.timeout(DEMO_MAX_S)
+def test_a_worker_that_cannot_start_ends_the_demo_at_once_saying_why(kafka_bootstrap: str) -> None:
+    """SPEC §1: with the API's port 6067 taken, the demo's worker exits at start; the demo ends
+    within seconds, not after its 3 minutes of waiting, and says why from the worker's log."""
+    env = {**os.environ, "HOOKSTREAM_KAFKA_BOOTSTRAP": kafka_bootstrap}
+    command = [sys.executable, "-m", "streams.cli", "demo", "--events", "5", "--keep-kafka"]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", DEMO_OVERRIDES["web_port"]))
+        taken.listen()
+        demo = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, start_new_session=True,
+        )  # fmt: skip
+        began = time.monotonic()
+        try:
+            out, _ = demo.communicate(timeout=DEMO_MAX_S - 30)
+        finally:
+            _kill_session(demo)
+    waited = time.monotonic() - began
+    assert demo.returncode == 1, out[-3000:]
+    assert "demo incomplete: the worker exited with code 1 during the demo" in out, out[-3000:]
+    assert "address already in use" in out, out[-3000:]
+    # it did not wait out the 180 s it gives its deliveries to settle (seconds on an idle box)
+    assert waited < 180, f"the demo took {waited:.0f}s to notice its worker was gone"

@@ -79,6 +79,13 @@ def test_the_command_exits_zero_when_the_demo_worked(monkeypatch: pytest.MonkeyP
     assert result.exit_code == 0, result.output
 
 
+#: A worker's logged traceback; the demo shows its last line, which says what broke.
+TRACE = (
+    'Traceback (most recent call last):\n  File "aiohttp/web_runner.py", line 138, in start\n'
+    "OSError: [Errno 98] address already in use\n"
+)
+
+
 def test_a_short_demo_shows_the_worker_logs_warnings_and_errors(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -91,11 +98,13 @@ def test_a_short_demo_shows_the_worker_logs_warnings_and_errors(
         {"ts": "t1", "level": "INFO", "logger": "faust.worker", "msg": "[^Worker]: Starting..."},
         {"ts": "t2", "level": "INFO", "logger": "aiokafka", "msg": joined},
         {"ts": "t3", "level": "ERROR", "logger": "health", "msg": failed, "subscription_id": "s1"},
+        {"ts": "t4", "level": "ERROR", "logger": "faust.worker", "msg": "Error", "exc": TRACE},
     ]
     log.write_text("\n".join(json.dumps(line) for line in lines) + "\nTraceback (most recent)\n")
     assert notable_log_lines(log) == [
         f"t2 INFO aiokafka: {joined}",
         f't3 ERROR health: {failed} {{"subscription_id": "s1"}}',
+        't4 ERROR faust.worker: Error {"exc": "OSError: [Errno 98] address already in use"}',
         "Traceback (most recent)",
     ]
     assert notable_log_lines(log, limit=1) == ["Traceback (most recent)"]
