@@ -202,12 +202,20 @@ def _portal_link(bodies: list[bytes]) -> str | None:
     return None
 
 
+#: What a notice's summary line shows; a warning's threshold says which policy counted it.
+_NOTICE_FACTS = (
+    "subscription_id",
+    "failure_count",
+    "last_status",
+    "suspend_count",
+    "suspend_after_s",
+)
+
+
 def _notice_line(body: bytes) -> str:
     notice = orjson.loads(body)
     data = notice.get("data", {})
-    facts = [
-        f"{k}={data[k]}" for k in ("subscription_id", "failure_count", "last_status") if k in data
-    ]
+    facts = [f"{k}={data[k]}" for k in _NOTICE_FACTS if data.get(k) is not None]
     return f"{notice.get('type')} " + " ".join(facts)
 
 

@@ -127,8 +127,11 @@ def worker_log(settings: Settings) -> Path:
 
 
 #: Worker log lines worth showing when a demo falls short: warnings and errors, and the
-#: consumer group's joins (a rebalance in the middle of a demo shows as a second one).
+#: milestones that date them: the consumer group's joins (a rebalance in the middle of a demo
+#: shows as a second one), the worker ready, and the suspension policy applied (outcomes
+#: counted before it were counted under the default policy, 5 failures over 1 hour).
 _NOTABLE_LEVELS = frozenset({"WARNING", "ERROR", "CRITICAL"})
+_MILESTONES = ("Joined group", "[^_Worker]: Ready", "suspension policy applied")
 
 
 def notable_log_lines(path: Path, limit: int = 25) -> list[str]:
@@ -149,7 +152,7 @@ def notable_log_lines(path: Path, limit: int = 25) -> list[str]:
         if not isinstance(entry, dict):
             continue
         msg = str(entry.get("msg", ""))
-        if entry.get("level") in _NOTABLE_LEVELS or msg.startswith("Joined group"):
+        if entry.get("level") in _NOTABLE_LEVELS or msg.startswith(_MILESTONES):
             extra = {k: v for k, v in entry.items() if k not in ("ts", "level", "logger", "msg")}
             if isinstance(extra.get("exc"), str):  # a traceback: its last line says what broke
                 extra["exc"] = extra["exc"].strip().splitlines()[-1]
