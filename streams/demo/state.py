@@ -223,15 +223,15 @@ def stop_left_worker(settings: Settings, wait_s: float = 30) -> int | None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + wait_s
-        while _alive(pid) and time.monotonic() < deadline:
+        while process_running(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if _alive(pid):
+        if process_running(pid):
             os.kill(pid, signal.SIGKILL)
     pid_file.unlink(missing_ok=True)
     return pid
 
 
-def _alive(pid: int) -> bool:
+def process_running(pid: int) -> bool:
     """Whether ``pid`` runs: not gone, and not a zombie waiting for its (new) parent."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
