@@ -42,9 +42,9 @@ from streams.adapters.local_kafka import (
     LocalKafka,
     StopResult,
     _escape,
-    _process_alive,
     parse_bootstrap,
 )
+from streams.adapters.processes import process_alive, wait_exit
 from streams.errors import ConfigError, LocalKafkaError
 from streams.settings import Settings, load_settings
 
@@ -182,7 +182,7 @@ class ClusterNode(LocalKafka):
             return None
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        self._wait_exit(pid, 30.0)
+        wait_exit(pid, 30.0)
         self.pid_path.unlink(missing_ok=True)
         return pid
 
@@ -351,7 +351,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         while len(self.live_brokers()) < count:
             for node_id, pid in (pids or {}).items():
-                if not _process_alive(pid):
+                if not process_alive(pid):
                     node = self.nodes[node_id]
                     node.pid_path.unlink(missing_ok=True)
                     raise LocalKafkaError(f"kafka node {node_id} exited; see {node.log_path}")

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streams.adapters import kafka_cds, kafka_jars
+from streams.adapters.processes import process_alive, runs_with, wait_exit
 from streams.errors import ConfigError, LocalKafkaError
 from streams.settings import Settings
 
@@ -169,28 +170,6 @@ def metadata_answers(bootstrap: str, timeout: float) -> bool:
     return bool(metadata.brokers)
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie still answers signal 0; /proc tells it apart where there is one
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")
-
-
-def _runs_with(pid: int, argument: str) -> bool:
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return True  # no /proc on this system: the pid file is all there is to go on
-    return argument.encode() in argv
-
-
 def _log_tail(path: Path, lines: int = 5) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -266,12 +245,12 @@ class LocalKafka:
             self._say(f"stopping kafka (pid {pid}), waiting up to {self._stop_timeout:.0f}s")
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            killed = not self._wait_exit(pid, self._stop_timeout)
+            killed = not wait_exit(pid, self._stop_timeout)
             if killed:
                 self._say(f"kafka did not exit within {self._stop_timeout:.0f}s; sending SIGKILL")
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                self._wait_exit(pid, 10.0)
+                wait_exit(pid, 10.0)
             self.pid_path.unlink(missing_ok=True)
             if kafka_cds.promote(self.kafka_dir, clean_exit=not killed) is not None:
                 self._say("kept the broker's class archive: later starts map it")
@@ -295,7 +274,7 @@ class LocalKafka:
             return None
         except ValueError:
             pid = 0
-        if pid > 0 and _process_alive(pid) and _runs_with(pid, str(self.properties_path)):
+        if pid > 0 and process_alive(pid) and runs_with(pid, str(self.properties_path)):
             return pid
         self.pid_path.unlink(missing_ok=True)
         return None
@@ -364,7 +343,7 @@ class LocalKafka:
     def _wait_ready(self, pid: int, began: float) -> None:
         deadline = began + self._ready_timeout
         while True:
-            if not _process_alive(pid):
+            if not process_alive(pid):
                 self.pid_path.unlink(missing_ok=True)
                 raise LocalKafkaError(
                     f"kafka exited during startup; last lines of {self.log_path}: "
@@ -379,12 +358,3 @@ class LocalKafka:
                     "(`hookstream kafka stop` stops it)"
                 )
             time.sleep(0.2)
-
-    @staticmethod
-    def _wait_exit(pid: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while _process_alive(pid):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.1)
-        return True

@@ -86,7 +86,7 @@ class Summary:
     portal_link: str | None = None  # the signed link of the suspension notice (U1)
     worker_log: str | None = None  # the worker's log file
     worker_exit: int | None = None  # the worker's exit code, when it ended during the demo
-    # when the demo fell short: the worker log's warnings, errors and group joins, to say why
+    # when the demo fell short: the worker log's warnings, errors and milestones, to say why
     worker_notes: list[str] = field(default_factory=list)
 
     def shortfalls(self) -> list[str]:

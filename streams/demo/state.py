@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient
 
 from streams.adapters.kafka_admin import TopicAdmin
 from streams.adapters.kafka_clients import LIBRDKAFKA_LOG
+from streams.adapters.processes import process_alive, runs_with, wait_exit
 from streams.errors import HookstreamError
 from streams.settings import Settings
 
@@ -163,7 +164,7 @@ def notable_log_lines(path: Path, limit: int = 25) -> list[str]:
     return notable[-limit:]
 
 
-#: How the demo starts its worker; a process whose command line ends so is one.
+#: How the demo starts its worker; a process whose command line holds these is one.
 WORKER_COMMAND = ("-m", "streams.cli", "worker")
 
 
@@ -202,39 +203,20 @@ def stop_worker(settings: Settings, worker: subprocess.Popen[bytes], wait_s: flo
 def stop_left_worker(settings: Settings, wait_s: float = 30) -> int | None:
     """Stop the worker an earlier demo left running, if its pid file names a live demo worker;
     the pid stopped, or None. Such a worker stays in the demo's consumer groups, which the new
-    demo must delete ("The group is not empty"), and holds the API's port.
-
-    The pid is only acted on when ``/proc`` shows it runs `WORKER_COMMAND` (a reused pid is
-    left alone); where there is no ``/proc``, nothing is stopped and the group deletion's error
-    names the groups.
+    demo must delete ("The group is not empty"), and holds the API's port. A pid that runs
+    something else now (a reused pid) is left alone, as the local broker's is
+    (`streams.adapters.processes`).
     """
     pid_file = worker_pid_file(settings)
     try:
         pid = int(pid_file.read_text().strip())
     except (OSError, ValueError):
         return None
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        argv = []
-    if tuple(argv[1:4]) != WORKER_COMMAND:
-        pid_file.unlink(missing_ok=True)
+    pid_file.unlink(missing_ok=True)
+    if pid <= 0 or not (process_alive(pid) and runs_with(pid, *WORKER_COMMAND)):
         return None
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + wait_s
-        while process_running(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if process_running(pid):
+        if not wait_exit(pid, wait_s):
             os.kill(pid, signal.SIGKILL)
-    pid_file.unlink(missing_ok=True)
     return pid
-
-
-def process_running(pid: int) -> bool:
-    """Whether ``pid`` runs: not gone, and not a zombie waiting for its (new) parent."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"

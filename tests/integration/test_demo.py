@@ -25,11 +25,11 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from streams.adapters.processes import process_alive
 from streams.demo.run import DEMO_OVERRIDES
 from streams.demo.state import (
     delete_demo_groups,
     notable_log_lines,
-    process_running,
     worker_log,
 )
 from streams.settings import Settings, load_settings
@@ -208,11 +208,11 @@ def test_sigterm_ends_the_demo_and_its_worker(kafka_bootstrap: str) -> None:
     assert any("demo stopped (SIGTERM)" in line for line in seen), "".join(seen[-40:])
     deadline = time.monotonic() + 10
     try:
-        while process_running(worker_pid):
+        while process_alive(worker_pid):
             assert time.monotonic() < deadline, f"the demo's worker {worker_pid} outlived it"
             time.sleep(0.2)
     finally:  # a failure leaves no worker behind on the session's broker
-        if process_running(worker_pid):
+        if process_alive(worker_pid):
             os.kill(worker_pid, signal.SIGKILL)
 
 
@@ -256,7 +256,7 @@ def test_a_demo_stops_the_worker_a_killed_demo_left_running(kafka_bootstrap: str
         killed.kill()  # the demo alone: its worker is left running
         killed.wait(10)
         time.sleep(1)
-        assert process_running(left), "the worker went with the demo; nothing is left to test"
+        assert process_alive(left), "the worker went with the demo; nothing is left to test"
         again = subprocess.Popen(
             command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, start_new_session=True,
@@ -267,7 +267,7 @@ def test_a_demo_stops_the_worker_a_killed_demo_left_running(kafka_bootstrap: str
             _kill_session(again)
         assert f"stopped the worker (pid {left}) that an earlier demo left running" in out, out
         assert again.returncode == 0, out[-3000:]
-        assert not process_running(left)
+        assert not process_alive(left)
     finally:
         _kill_session(killed)
         if killed.stdout is not None:
